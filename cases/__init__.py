@@ -1,0 +1,1 @@
+"""One documented PyTorch failure per module; the harness finds them by scanning this folder."""

@@ -1,0 +1,152 @@
+"""Special token ids decoded as audio codes: mini-omni's stream overflows SNAC's codebook.
+
+Upstream: https://github.com/gpt-omni/mini-omni/issues/97 (no maintainer fix was released);
+    the decoder is the real `snac` package (https://github.com/hubertsiuzdak/snac, 1.2.1).
+
+Fidelity: faithful in the token layout and the decoder: 7 audio layers of 4160 logits each (4096
+    codes + 64 special ids: eoa 4096, pad 4097, input 4098, answer 4099, split 4100), greedy
+    selection over all 4160 (mini-omni samples with top_k=1), its stop rule (only the last
+    layer's eoa ends the stream), the 7-codes-per-frame to 3-level layout of its
+    `reconstruct_tensors`, a stream stride of 4 frames (so 4, 8 and 16 codes per level), and
+    `snac.SNAC` built in its 24 kHz configuration (random weights, seeded; its noise seeded too).
+    Synthetic: the logits. Without mini-omni's weights they are seeded noise in which a special
+    id wins one layer of one frame, as the trained model's occasional pick does. mini-omni's
+    delay pattern (layer i lags by i + 1 steps) is left out: it changes which step a code comes
+    from, not which codes reach the decoder.
+
+Symptom on CUDA: a device-side assert in the codebook lookup (snac `decode` -> `from_codes` ->
+    `F.embedding`). The thread's full log is not reproduced in our facts; the kernel's lines are
+        Indexing.cu: indexSelect...Index: ... Assertion `srcIndex < srcSelectDimSize` failed.
+        RuntimeError: CUDA error: device-side assert triggered
+    surfacing at whichever op synchronises next (in mini-omni, moving the audio to the CPU).
+
+Symptom on CPU: raised inside snac's `from_codes` at the codebook lookup:
+        IndexError: index out of range in self
+
+Cause: the audio head scores 4160 ids per layer but only the first 4096 are codes. Selection
+    ranges over all 4160, the stream stops only on the last layer's eoa, and nothing checks the
+    codes before `snac.decode`, so a special id picked on any layer reaches a 4096-row codebook.
+
+Fix: select codes from the 4096 real codes only (the last layer also from eoa, which ends the
+    stream before decoding). The seed article's clamp or replace-with-0 stops the crash but
+    decodes different audio than intended; the bad-fix phase measures how different.
+"""
+
+from typing import NamedTuple
+
+import torch
+from snac import SNAC
+
+from harness.cases import Symptom
+
+AUDIO_VOCAB = 4096  # real codes per layer
+PADDED_AUDIO_VOCAB = 4160  # logits per layer: codes + 64 special ids
+EOA, PAD, INPUT, ANSWER, SPLIT = 4096, 4097, 4098, 4099, 4100
+LAYERS = 7
+# mini-omni's reconstruct_tensors: which SNAC level each of a frame's 7 codes goes to (1 + 2 + 4 codes).
+LEVEL_OF_LAYER = (0, 1, 2, 2, 1, 2, 2)
+SNAC_24KHZ = dict(
+    sampling_rate=24000, encoder_dim=48, encoder_rates=[2, 4, 8, 8], decoder_dim=1024, decoder_rates=[8, 8, 4, 2],
+    attn_window_size=None, codebook_size=4096, codebook_dim=8, vq_strides=[4, 2, 1], noise=True, depthwise=True,
+)  # fmt: skip
+
+symptoms = {
+    "cpu": Symptom("IndexError", r"index out of range in self"),
+    "cuda": Symptom(
+        "RuntimeError",
+        r"CUDA error|device-side assert|cuDNN error|CUDNN_STATUS",
+        output=r"srcIndex < srcSelectDimSize|index out of bounds",
+    ),
+}
+
+
+class Inputs(NamedTuple):
+    logits: torch.Tensor  # (frames, 7, 4160): the audio head's scores, one row per layer
+    snac: SNAC
+    noise_seed: int
+
+
+class Decoded(NamedTuple):
+    codes: tuple  # 3 levels: (1, F), (1, 2F), (1, 4F)
+    audio: torch.Tensor  # (1, 1, 2048 * F) at 24 kHz
+
+
+def make_inputs(cfg, device):
+    sizes = cfg.sizes
+    torch.manual_seed(cfg.seed)
+    snac = SNAC(**SNAC_24KHZ).eval().to(device)
+    logits = torch.randn(sizes.frames, LAYERS, PADDED_AUDIO_VOCAB)
+    logits[:, :, AUDIO_VOCAB:] -= cfg.special_id_penalty  # a trained head rarely ranks special ids first
+    for pick in cfg.special_picks:
+        if not (0 <= pick.frame < sizes.frames and 0 <= pick.layer < LAYERS and AUDIO_VOCAB <= pick.id < PADDED_AUDIO_VOCAB):
+            raise ValueError(f"special pick {dict(pick)} is outside {sizes.frames} frames x {LAYERS} layers x special ids")
+        logits[pick.frame, pick.layer, pick.id] = logits[pick.frame, pick.layer].max() + 1
+    return Inputs(logits.to(device), snac, cfg.seed)
+
+
+def buggy(x):
+    codes = x.logits.argmax(-1)  # (frames, 7), over all 4160 ids
+    return decode(x, codes[: stream_length(codes)])
+
+
+def fixed(x):
+    codes = x.logits[:, :, :AUDIO_VOCAB].argmax(-1)
+    last_layer = x.logits[:, -1, : EOA + 1].argmax(-1)  # the last layer may also end the stream
+    codes[:, -1] = last_layer
+    return decode(x, codes[: stream_length(codes)])
+
+
+def stream_length(codes):
+    """mini-omni's stop rule: the stream ends at the first frame whose last layer is eoa."""
+    ended = (codes[:, -1] == EOA).nonzero()
+    return int(ended[0]) if len(ended) else len(codes)
+
+
+def decode(x, codes):
+    levels = tuple(torch.stack([codes[:, layer] for layer in range(LAYERS) if LEVEL_OF_LAYER[layer] == level], dim=1).reshape(1, -1) for level in range(3))
+    torch.manual_seed(x.noise_seed)  # SNAC's decoder adds noise
+    with torch.inference_mode():
+        return Decoded(levels, x.snac.decode(list(levels)))
+
+
+def reference(x):
+    """Frame by frame, as a streaming decoder reads them: the best allowed id per layer, in mini-omni's order."""
+    frames = []
+    for scores in x.logits.cpu():  # (7, 4160): one frame
+        last = best_id(scores[-1], below=EOA + 1)
+        if last == EOA:
+            break
+        frames.append([best_id(layer, below=AUDIO_VOCAB) for layer in scores[:-1]] + [last])
+    level_0 = [f[0] for f in frames]
+    level_1 = [code for f in frames for code in (f[1], f[4])]
+    level_2 = [code for f in frames for code in (f[2], f[3], f[5], f[6])]
+    levels = tuple(torch.tensor([level], device=x.logits.device) for level in (level_0, level_1, level_2))
+    torch.manual_seed(x.noise_seed)
+    with torch.inference_mode():
+        return Decoded(levels, x.snac.decode(list(levels)))
+
+
+def best_id(scores, below):
+    return next(i for i in scores.argsort(descending=True, stable=True).tolist() if i < below)
+
+
+def speed_baseline(x):
+    """Unrestricted selection, then decode: what each streamed chunk costs without the fix."""
+    codes = x.logits.argmax(-1)
+    return decode(x, codes[: stream_length(codes)])
+
+
+def clamp_codes(x):
+    """The seed article: clamp out-of-range codes into the codebook."""
+    codes = x.logits.argmax(-1)
+    return decode(x, codes[: stream_length(codes)].clamp(max=AUDIO_VOCAB - 1))
+
+
+def replace_with_zero(x):
+    """The seed article's other suggestion: replace out-of-range codes with code 0."""
+    codes = x.logits.argmax(-1)
+    codes = codes[: stream_length(codes)]
+    return decode(x, codes.masked_fill(codes >= AUDIO_VOCAB, 0))
+
+
+bad_fixes = {"clamp_codes": clamp_codes, "replace_with_zero": replace_with_zero}

@@ -1,0 +1,123 @@
+"""An Embedding sized by a feature dimension, fed continuous features cast to long.
+
+Upstream: https://github.com/open-mmlab/Amphion/issues/193 (a user-written EmotionEncoder
+    in an Amphion diffusion TTS recipe). Why index checks are not recoverable on CUDA:
+    https://github.com/pytorch/pytorch/issues/19120
+
+Fidelity: faithful in the layer, sizes and order of ops: `nn.Embedding(1583, 384)` (1583 was the
+    emotion feature's dimension, not a vocabulary), input [64, 136] long-cast, output
+    [64, 136, 384], then a cuDNN `conv1d` of the diffusion network with no host sync in between.
+    Synthetic: the feature values (seeded uniform over `feature_range`, as the user's real
+    features are not published) and the single conv standing in for the diffusion network.
+
+Symptom on CUDA: many lines of a device-side assertion, then a later op's error:
+        .../Indexing.cu: indexSelectLargeIndex: ... Assertion `srcIndex < srcSelectDimSize` failed.
+        RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR
+    The kernel error is asynchronous and sticky: whichever op synchronises next reports it, so the
+    final line depends on the torch/cuDNN version (cuDNN error, or CUDA error: device-side assert
+    triggered). The record says which one was seen and where.
+
+Symptom on CPU: raised at the lookup itself:
+        IndexError: index out of range in self
+
+Cause: `features.long()` turns continuous values into row numbers; any value >= 1583 indexes past
+    the table. An Embedding is a table lookup, valid only for integer ids in [0, num_embeddings).
+
+Fix: Amphion's own practice for continuous inputs: quantise the feature into `n_bins` with
+    `torch.bucketize` before an `nn.Embedding(n_bins, 384)` (or use a Linear layer), so every
+    index is in range by construction; keep a range guard that does not sync the host
+    (`torch._assert_async`), never a `.item()` check in the training step.
+"""
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from harness.cases import Symptom
+
+symptoms = {
+    "cpu": Symptom("IndexError", r"index out of range in self"),
+    "cuda": Symptom(
+        "RuntimeError",
+        r"CUDA error|cuDNN error|CUDNN_STATUS|CUBLAS_STATUS|device-side assert",
+        output=r"srcIndex < srcSelectDimSize|index out of bounds",
+    ),
+}
+
+
+class Inputs(NamedTuple):
+    features: torch.Tensor  # (B, T) continuous emotion feature values
+    table_by_feature_dim: torch.Tensor  # (1583, D): the user's nn.Embedding(1583, 384)
+    bin_edges: torch.Tensor  # (n_bins - 1,) quantisation edges over the feature range
+    table_by_bins: torch.Tensor  # (n_bins, D): nn.Embedding(n_bins, 384)
+    conv_weight: torch.Tensor  # (D, D, 3): the diffusion network's conv
+
+
+def make_inputs(cfg, device):
+    generator = torch.Generator().manual_seed(cfg.seed)
+    sizes = cfg.sizes
+    low, high = cfg.feature_range
+    features = low + (high - low) * torch.rand(sizes.batch, sizes.frames, generator=generator)
+    return Inputs(
+        features=features.to(device),
+        table_by_feature_dim=torch.randn(sizes.feature_dim, sizes.embed_dim, generator=generator).to(device),
+        bin_edges=torch.linspace(low, high, sizes.n_bins + 1)[1:-1].to(device),
+        table_by_bins=torch.randn(sizes.n_bins, sizes.embed_dim, generator=generator).to(device),
+        conv_weight=(torch.randn(sizes.embed_dim, sizes.embed_dim, 3, generator=generator) / sizes.embed_dim**0.5).to(device),
+    )
+
+
+def diffusion_conv(emotion, conv_weight):
+    return F.conv1d(emotion.transpose(1, 2), conv_weight, padding=1)  # (B, D, T)
+
+
+def buggy(x):
+    emotion = F.embedding(x.features.long(), x.table_by_feature_dim)  # (B, T, D): rows >= 1583 do not exist
+    return diffusion_conv(emotion, x.conv_weight)
+
+
+def fixed(x):
+    return diffusion_conv(encode_emotion(x), x.conv_weight)
+
+
+def encode_emotion(x):
+    bins = torch.bucketize(x.features, x.bin_edges)  # (B, T), each in [0, n_bins)
+    check_indices(bins, x.table_by_bins.shape[0])
+    return F.embedding(bins, x.table_by_bins)
+
+
+def check_indices(indices, rows):
+    """Fail on an out-of-range index without a host sync (on CUDA this is still a device-side assert)."""
+    torch._assert_async(((indices >= 0) & (indices < rows)).all(), f"embedding index outside [0, {rows})")
+
+
+def reference(x):
+    bins = (x.features.unsqueeze(-1) > x.bin_edges).sum(-1)  # how many edges lie below each value
+    return diffusion_conv(x.table_by_bins[bins], x.conv_weight)
+
+
+speed_candidate = encode_emotion
+
+
+def speed_baseline(x):
+    """The same lookup without the range guard: what validation costs."""
+    return F.embedding(torch.bucketize(x.features, x.bin_edges), x.table_by_bins)
+
+
+def clamp_indices(x):
+    """Silence the crash: every value past the table lands on its last row."""
+    indices = x.features.long().clamp(0, x.table_by_feature_dim.shape[0] - 1)
+    return diffusion_conv(F.embedding(indices, x.table_by_feature_dim), x.conv_weight)
+
+
+def validate_only(x):
+    """The seed's range check with `.item()`: a clear error (and a host sync), but the batch still cannot be encoded."""
+    indices = x.features.long()
+    rows = x.table_by_feature_dim.shape[0]
+    if indices.min().item() < 0 or indices.max().item() >= rows:
+        raise ValueError(f"emotion index {indices.max().item()} outside Embedding({rows}, {x.table_by_feature_dim.shape[1]})")
+    return diffusion_conv(F.embedding(indices, x.table_by_feature_dim), x.conv_weight)
+
+
+bad_fixes = {"clamp_indices": clamp_indices, "validate_only": validate_only}

@@ -1,0 +1,1 @@
+"""A reproducible benchmark and regression harness for real PyTorch failures."""

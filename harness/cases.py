@@ -1,0 +1,134 @@
+"""What a case is, and how the harness finds them.
+
+A case is one module in `cases/` plus one yaml in `conf/case/` with the same
+name. The module provides plain names, no base class:
+
+    symptoms         {"cpu": Symptom(...), "cuda": Symptom(...)}: the failure expected per device
+    make_inputs      (cfg, device) -> inputs, deterministic from cfg.seed
+    buggy            inputs -> output: the upstream code, which fails
+    fixed            inputs -> output: the fix
+    reference        inputs -> output: the intended result, computed independently of `fixed`
+    bad_fixes        {name: inputs -> output}: plausible fixes that the harness must reject
+    speed_baseline   inputs -> output: what the fix is timed against
+    speed_candidate  (optional) inputs -> output: the part of the fix to time, default `fixed`
+
+and a docstring whose first line is its title, followed by the sections in
+`REQUIRED_SECTIONS`, each starting at the beginning of a line ("Cause: ..."),
+continued on lines indented by 4; lines indented by 8 are verbatim text (error
+messages as they were printed).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from harness.isolate import Failure
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES_DIR = ROOT / "cases"
+CASE_CONFIG_DIR = ROOT / "conf" / "case"
+DEVICES = ("cpu", "cuda")
+REQUIRED_NAMES = ("symptoms", "make_inputs", "buggy", "fixed", "reference", "bad_fixes", "speed_baseline")
+REQUIRED_SECTIONS = ("Upstream", "Fidelity", "Symptom on CUDA", "Symptom on CPU", "Cause", "Fix")
+_SECTION_START = re.compile(r"^([A-Z][A-Za-z ]*?):(?:\s+|$)(.*)$")
+
+
+@dataclass(frozen=True)
+class Symptom:
+    """How a failure looks on one device.
+
+    `exception` is a class name that must appear in the raised exception's MRO
+    (so "RuntimeError" also accepts torch's newer AcceleratorError); `message` is
+    a regex searched in the exception text; `output`, when set, is a regex
+    searched in what the process printed (CUDA prints device-side assertions
+    there, not in the exception).
+    """
+
+    exception: str
+    message: str
+    output: str | None = None
+
+    def mismatches(self, failure: Failure, output: str) -> list[str]:
+        """Why `failure` is not this symptom; empty when it is."""
+        problems = []
+        if self.exception not in failure.types:
+            problems.append(f"expected {self.exception}, got {failure.types[0]}")
+        if not re.search(self.message, failure.message):
+            problems.append(f"message does not match /{self.message}/")
+        if self.output and not re.search(self.output, output):
+            problems.append(f"output does not match /{self.output}/")
+        return problems
+
+
+@dataclass(frozen=True)
+class CaseText:
+    title: str
+    sections: dict[str, str]
+
+
+def case_names() -> list[str]:
+    return sorted(path.stem for path in CASES_DIR.glob("*.py") if not path.name.startswith("_"))
+
+
+def config_names() -> list[str]:
+    return sorted(path.stem for path in CASE_CONFIG_DIR.glob("*.yaml"))
+
+
+def load_case(name: str) -> ModuleType:
+    if name not in case_names():
+        raise LookupError(f"no case named {name!r}; cases: {', '.join(case_names())}")
+    return importlib.import_module(f"cases.{name}")
+
+
+def contract_problems(case: ModuleType) -> list[str]:
+    """What `case` lacks of the contract above; empty when it is complete."""
+    problems = [f"missing `{name}`" for name in REQUIRED_NAMES if not hasattr(case, name)]
+    symptoms = getattr(case, "symptoms", {})
+    problems += [f"no symptom for {device}" for device in DEVICES if device not in symptoms]
+    if not getattr(case, "bad_fixes", None):
+        problems.append("`bad_fixes` is empty")
+    try:
+        text = case_text(case)
+    except ValueError as error:
+        return problems + [str(error)]
+    problems += [f"docstring lacks section {section!r}" for section in REQUIRED_SECTIONS if section not in text.sections]
+    return problems
+
+
+def case_text(case: ModuleType) -> CaseText:
+    """The title and the named sections of a case's docstring."""
+    doc = (case.__doc__ or "").strip()
+    if not doc:
+        raise ValueError(f"{case.__name__} has no docstring")
+    title, _, body = doc.partition("\n")
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in body.splitlines():
+        start = _SECTION_START.match(line)
+        if start:
+            current = sections.setdefault(start.group(1), [])
+            if start.group(2):
+                current.append(start.group(2))
+        elif current is not None:
+            current.append(line)
+    return CaseText(title.strip(), {name: _paragraphs(lines) for name, lines in sections.items()})
+
+
+def _paragraphs(lines: list[str]) -> str:
+    """Join wrapped prose into one line per paragraph; lines indented 8 or more are verbatim."""
+    out: list[str] = []
+    prose: list[str] = []
+    for line in lines + [""]:
+        if line.startswith(" " * 8) or not line.strip():
+            if prose:
+                out.append(" ".join(prose))
+                prose = []
+            if line.strip():
+                out.append("    " + line.strip())
+        else:
+            prose.append(line.strip())
+    return "\n".join(out)

@@ -1,0 +1,242 @@
+"""The five phases. Each runs its case code in an isolated child and classifies the result.
+
+    reproduce  run `buggy`; expect the device's symptom
+               reproduced | not_reproduced | wrong_failure | crashed | timeout | error
+    fix        run `fixed` on the same inputs; it must not raise
+               passed | raised | crashed | timeout | error
+    correct    compare `fixed` with `reference`
+               passed | mismatch | raised | crashed | timeout | error
+    speed      time `speed_candidate` (default `fixed`) against `speed_baseline`, on inputs made
+               from the case config with `speed.inputs` merged over it
+               within_budget | over_budget | measured (no budget for this device) | raised | crashed | timeout | error
+    bad_fixes  one record per bad fix, phase "bad_fix:<name>"; each must be rejected
+               rejected (it raised, crashed, or differs from the reference) | accepted | timeout | error
+
+"error" means the case itself broke (e.g. `make_inputs` raised): not a verdict on the bug.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, Iterator
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from harness.compare import compare, describe
+from harness.isolate import ChildResult, Failure, run_isolated
+from harness.records import PhaseRecord
+from harness.timing import synchronize, time_pair
+
+PHASES = ("reproduce", "fix", "correct", "speed", "bad_fixes")
+
+
+@dataclass(frozen=True)
+class Settings:
+    device: str
+    timeout_s: float
+    warmup: int
+    repeats: int
+    cpu_threads: int = 1
+
+
+def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
+    """The phase's records, each yielded as soon as its child has finished."""
+    if phase == "bad_fixes":
+        for name in case.bad_fixes:
+            yield bad_fix(name, case, cfg, settings)
+    else:
+        yield {"reproduce": reproduce, "fix": fix, "correct": correct, "speed": speed}[phase](case, cfg, settings)
+
+
+# -- reproduce -----------------------------------------------------------------------------
+
+
+def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    result = run_isolated(_reproduce_in_child, case, cfg, settings.device, timeout_s=settings.timeout_s)
+    if result.status != "returned":
+        return _abnormal("reproduce", result)
+    failure, context_after = result.value
+    symptom = case.symptoms[settings.device]
+    if failure is None:
+        return _record("reproduce", "not_reproduced", False, "buggy ran without error on this version", result)
+    figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where}
+    if symptom.output:
+        figures["output_line"] = _first_matching_line(symptom.output, result.output)
+    if context_after is not None:
+        figures["unrelated_op_after_error"] = context_after
+    problems = symptom.mismatches(failure, result.output)
+    if problems:
+        return _record("reproduce", "wrong_failure", False, f"{failure.headline} ({'; '.join(problems)})", result, figures)
+    return _record("reproduce", "reproduced", True, failure.headline, result, figures)
+
+
+def _reproduce_in_child(case: ModuleType, cfg: DictConfig, device: str) -> tuple[Failure | None, str | None]:
+    inputs = case.make_inputs(cfg, device)
+    _, failure = _call(case.buggy, inputs, device)
+    if failure is None or device != "cuda":
+        return failure, None
+    # A device-side assert is sticky: an unrelated op in the same process fails too.
+    _, after = _call(lambda _: torch.ones(4, device=device).add(1).sum().item(), None, device)
+    return failure, ("failed too: " + after.headline) if after else "ran fine"
+
+
+# -- fix and correct -----------------------------------------------------------------------
+
+
+def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    result = run_isolated(_fix_in_child, case, cfg, settings.device, timeout_s=settings.timeout_s)
+    if result.status != "returned":
+        return _abnormal("fix", result)
+    output, failure, sync_checked = result.value
+    figures = {"host_sync_checked": sync_checked} if sync_checked else {}
+    if failure is not None:
+        return _record("fix", "raised", False, failure.headline, result, {**figures, "raised_at": failure.where})
+    return _record("fix", "passed", True, f"returned {output}", result, figures)
+
+
+def _fix_in_child(case: ModuleType, cfg: DictConfig, device: str) -> tuple[str | None, Failure | None, bool]:
+    inputs = case.make_inputs(cfg, device)
+    check_sync = device == "cuda" and bool(cfg.get("fix_must_not_sync", False))
+    with _sync_forbidden() if check_sync else contextlib.nullcontext():
+        output, failure = _call(case.fixed, inputs, device, synchronise=False)
+    if failure is None:
+        _, failure = _call(lambda _: None, None, device)  # synchronise, so asynchronous errors surface here
+    return (describe(output) if failure is None else None), failure, check_sync
+
+
+@contextlib.contextmanager
+def _sync_forbidden():
+    """Make any op that synchronises the host with the GPU raise (the fix claims it adds none)."""
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+
+
+def correct(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    result = run_isolated(_compare_in_child, case.fixed, case, cfg, settings.device, timeout_s=settings.timeout_s)
+    if result.status != "returned":
+        return _abnormal("correct", result)
+    figures, failure = result.value
+    if failure is not None:
+        return _record("correct", "raised", False, failure.headline, result)
+    if figures["match"]:
+        return _record("correct", "passed", True, "matches the reference " + _tolerance(cfg), result, figures)
+    return _record("correct", "mismatch", False, "differs from the reference: " + _difference(figures), result, figures)
+
+
+def _compare_in_child(candidate: Callable, case: ModuleType, cfg: DictConfig, device: str) -> tuple[dict | None, Failure | None]:
+    inputs = case.make_inputs(cfg, device)
+    got, failure = _call(candidate, inputs, device)
+    if failure is not None:
+        return None, failure
+    want, failure = _call(case.reference, inputs, device)
+    if failure is not None:
+        raise RuntimeError(f"the reference itself failed: {failure.headline}")
+    return compare(got, want, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol), None
+
+
+# -- speed ---------------------------------------------------------------------------------
+
+
+def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    result = run_isolated(_speed_in_child, case, cfg, settings, timeout_s=settings.timeout_s)
+    if result.status != "returned":
+        return _abnormal("speed", result)
+    figures, failure = result.value
+    if failure is not None:
+        return _record("speed", "raised", False, failure.headline, result)
+    budget = OmegaConf.select(cfg, f"speed.budget.{settings.device}")
+    summary = f"{figures['ratio']:.3f}x ({figures['candidate_s'] * 1e3:.3f} ms vs {figures['baseline_s'] * 1e3:.3f} ms)"
+    if budget is None:
+        return _record("speed", "measured", True, summary + ", no budget on " + settings.device, result, figures)
+    figures["budget"] = budget
+    if figures["ratio"] <= budget:
+        return _record("speed", "within_budget", True, f"{summary}, budget {budget}x", result, figures)
+    return _record("speed", "over_budget", False, f"{summary}, over budget {budget}x", result, figures)
+
+
+def _speed_in_child(case: ModuleType, cfg: DictConfig, settings: Settings) -> tuple[dict | None, Failure | None]:
+    speed_cfg = OmegaConf.merge(cfg, OmegaConf.select(cfg, "speed.inputs") or {})
+    if settings.device == "cpu":
+        torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
+    inputs = case.make_inputs(speed_cfg, settings.device)
+    candidate = getattr(case, "speed_candidate", case.fixed)
+    try:
+        figures = time_pair(candidate, case.speed_baseline, inputs, device=settings.device, warmup=settings.warmup, repeats=settings.repeats)
+    except Exception as error:  # noqa: BLE001
+        return None, Failure.from_exception(error)
+    return {**figures, "cpu_threads": torch.get_num_threads()}, None
+
+
+# -- bad fixes -----------------------------------------------------------------------------
+
+
+def bad_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    phase = f"bad_fix:{name}"
+    result = run_isolated(_compare_in_child, case.bad_fixes[name], case, cfg, settings.device, timeout_s=settings.timeout_s)
+    if result.status == "signalled":
+        return _record(phase, "rejected", True, f"crashed: {result.summary}", result, {"how": "crashed"})
+    if result.status != "returned":
+        return _abnormal(phase, result)
+    figures, failure = result.value
+    if failure is not None:
+        return _record(phase, "rejected", True, f"raises {failure.headline}", result, {"how": "raised", "error": failure.headline})
+    if not figures["match"]:
+        return _record(phase, "rejected", True, "differs from the reference: " + _difference(figures), result, {"how": "differs", **figures})
+    return _record(phase, "accepted", False, "matches the reference: this bad fix is not caught " + _tolerance(cfg), result, figures)
+
+
+# -- shared --------------------------------------------------------------------------------
+
+
+def _call(function: Callable, inputs: Any, device: str, *, synchronise: bool = True) -> tuple[Any, Failure | None]:
+    """Run case code, synchronising so that an asynchronous CUDA error surfaces here."""
+    try:
+        output = function(inputs)
+        if synchronise:
+            synchronize(device)
+        return output, None
+    except Exception as error:  # noqa: BLE001 - every failure of case code is a result
+        return None, Failure.from_exception(error)
+
+
+def _abnormal(phase: str, result: ChildResult) -> PhaseRecord:
+    if result.status == "raised":
+        return _record(phase, "error", False, f"the case failed before the phase could run: {result.failure.headline}", result, {"traceback": result.failure.traceback})
+    status = {"signalled": "crashed", "exited": "crashed", "timeout": "timeout"}[result.status]
+    return _record(phase, status, False, result.summary, result, {"signal": result.signal} if result.signal else {})
+
+
+def _record(phase: str, status: str, ok: bool, message: str, result: ChildResult, figures: dict | None = None) -> PhaseRecord:
+    return PhaseRecord(phase, status, ok, message, figures or {}, round(result.seconds, 4), result.output)
+
+
+def _difference(figures: dict[str, Any]) -> str:
+    if "reason" in figures:
+        return figures["reason"]
+    parts = []
+    if figures["integers"]:
+        parts.append(f"{figures['mismatched_integers']} of {figures['integers']} integers differ")
+    if figures["floats"]:
+        parts.append(f"{figures['mismatched_floats']} of {figures['floats']} floats beyond tolerance, max |diff| {figures['max_abs_diff']:.3g}")
+    if "snr_db" in figures:
+        parts.append(f"relative error {figures['relative_error']:.3g} (SNR {figures['snr_db']:.1f} dB)")
+    return "; ".join(parts)
+
+
+def _tolerance(cfg: DictConfig) -> str:
+    return f"(atol {cfg.tolerance.atol}, rtol {cfg.tolerance.rtol}; integers exact)"
+
+
+def _first_matching_line(pattern: str, output: str) -> str | None:
+    for line in output.splitlines():
+        if re.search(pattern, line):
+            return line.strip()[:500]
+    return None

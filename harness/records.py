@@ -1,0 +1,121 @@
+"""Typed result records, the environment fingerprint, and the JSON file they go to."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from harness.cases import ROOT
+
+UPSTREAM_PACKAGES = ("torch", "snac", "speechbrain", "torchaudio", "mmsegmentation", "mmengine", "mmcv", "mmcv-lite", "hydra-core", "numpy")
+
+
+@dataclass
+class PhaseRecord:
+    phase: str
+    status: str  # e.g. "reproduced", "passed", "wrong_failure", "crashed", "timeout"; see harness.phases
+    ok: bool  # the status is the one this phase expects
+    message: str
+    figures: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    output_tail: str = ""  # what the isolated child printed (CUDA device assertions, faulthandler stacks)
+
+
+@dataclass
+class CaseRecord:
+    case: str
+    title: str
+    device: str
+    started_at: str
+    environment: dict[str, Any]
+    config: dict[str, Any]
+    phases: list[PhaseRecord] = field(default_factory=list)
+    finished_at: str | None = None  # None while running: a record left like that was cut short
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.phases) and all(phase.ok for phase in self.phases)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "ok": self.ok}
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def write_record(record: CaseRecord, path: Path) -> None:
+    """Write atomically, so a crash mid-write never leaves a torn record."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(path.suffix + ".partial")
+    partial.write_text(json.dumps(record.to_json(), indent=2, default=str) + "\n")
+    os.replace(partial, path)
+
+
+def host_environment() -> dict[str, Any]:
+    """What the parent can tell without touching CUDA; the device part comes from `probe_device`."""
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": _package_versions(),
+        "git_commit": _git_commit(),
+        "argv": sys.argv,
+    }
+
+
+def probe_device() -> dict[str, Any]:
+    """Runs in an isolated child: initialising CUDA in the parent would break every later fork."""
+    import torch
+
+    cuda_available = torch.cuda.is_available()
+    probe: dict[str, Any] = {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cuda_available": cuda_available,
+        "cpu_threads": torch.get_num_threads(),
+    }
+    if cuda_available:
+        probe["cuda_device_count"] = torch.cuda.device_count()
+        probe["cuda_device_name"] = torch.cuda.get_device_name(0)
+        probe["cuda_capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+        probe["cuda_driver"] = _nvidia_driver()
+    return probe
+
+
+def _package_versions() -> dict[str, str]:
+    versions = {}
+    for name in UPSTREAM_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def _git_commit() -> str | None:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5)
+        if commit.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, timeout=5)
+        return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        query = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+        return query.stdout.strip().splitlines()[0] if query.returncode == 0 and query.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        return None

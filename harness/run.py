@@ -1,0 +1,99 @@
+"""Run one case on one device: validate the config, run the phases, keep the record on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness.cases import case_names, case_text, load_case
+from harness.isolate import run_isolated
+from harness.phases import PHASES, Settings, run_phase
+from harness.records import CaseRecord, PhaseRecord, host_environment, now, probe_device, write_record
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+PROBE_TIMEOUT_S = 120.0
+
+
+class ConfigError(ValueError):
+    """The command line or a case yaml asks for something impossible; nothing has run."""
+
+
+class DeviceUnavailable(RuntimeError):
+    """The requested device is not present on this machine."""
+
+
+def validate(cfg: DictConfig) -> None:
+    if cfg.device not in DEVICE_CHOICES:
+        raise ConfigError(f"device={cfg.device}: choose one of {', '.join(DEVICE_CHOICES)}")
+    phases = list(cfg.phases)
+    if not phases:
+        raise ConfigError("phases=[]: name at least one of " + ", ".join(PHASES))
+    unknown = [phase for phase in phases if phase not in PHASES]
+    if unknown:
+        raise ConfigError(f"unknown phase {', '.join(map(str, unknown))}: choose from {', '.join(PHASES)}")
+    if not cfg.timeout_s > 0:
+        raise ConfigError(f"timeout_s={cfg.timeout_s}: must be positive")
+    if not (cfg.speed.repeats >= 1 and cfg.speed.warmup >= 0 and cfg.speed.cpu_threads >= 1):
+        raise ConfigError(
+            f"speed.repeats={cfg.speed.repeats}, speed.warmup={cfg.speed.warmup}, speed.cpu_threads={cfg.speed.cpu_threads}: "
+            "need repeats >= 1, warmup >= 0, cpu_threads >= 1"
+        )
+    if cfg.case.name not in case_names():
+        raise ConfigError(f"case yaml names {cfg.case.name!r}, but cases/ has no such module ({', '.join(case_names())})")
+    for scope in ("sizes", "speed.inputs.sizes"):
+        for key, value in (OmegaConf.select(cfg.case, scope) or {}).items():
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"case.{scope}.{key}={value}: sizes must be positive integers")
+
+
+def resolve_device(requested: str, probe: dict[str, Any]) -> str:
+    if requested == "auto":
+        return "cuda" if probe.get("cuda_available") else "cpu"
+    if requested == "cuda" and not probe.get("cuda_available"):
+        build = f"torch {probe.get('torch')}" + (f" with CUDA {probe['torch_cuda']}" if probe.get("torch_cuda") else ", a CPU-only build")
+        raise DeviceUnavailable(f"device=cuda requested, but no CUDA device is available ({build}); use device=cpu or device=auto")
+    return requested
+
+
+def probe_environment() -> dict[str, Any]:
+    result = run_isolated(probe_device, timeout_s=PROBE_TIMEOUT_S)
+    if result.status != "returned":
+        raise DeviceUnavailable(f"probing the devices failed: {result.summary}")
+    return {**host_environment(), **result.value}
+
+
+def run_case(
+    cfg: DictConfig,
+    device: str,
+    output_dir: Path,
+    environment: dict[str, Any],
+    on_phase: Callable[[str, PhaseRecord | None], None] = lambda phase, record: None,
+) -> tuple[CaseRecord, Path]:
+    """Run the configured phases; the record on disk is rewritten after each one.
+
+    `on_phase(phase, None)` is called as a phase starts, `on_phase(phase, record)` as each record lands.
+    """
+    validate(cfg)
+    case = load_case(cfg.case.name)
+    settings = Settings(device=device, timeout_s=float(cfg.timeout_s), warmup=int(cfg.speed.warmup), repeats=int(cfg.speed.repeats), cpu_threads=int(cfg.speed.cpu_threads))
+    record = CaseRecord(
+        case=cfg.case.name,
+        title=case_text(case).title,
+        device=device,
+        started_at=now(),
+        environment=environment,
+        config=OmegaConf.to_container(cfg, resolve=True),
+    )
+    path = output_dir / f"{cfg.case.name}.{device}.json"
+    write_record(record, path)
+    for phase in cfg.phases:
+        on_phase(phase, None)
+        for phase_record in run_phase(phase, case, cfg.case, settings):
+            record.phases.append(phase_record)
+            write_record(record, path)
+            on_phase(phase, phase_record)
+    record.finished_at = now()
+    write_record(record, path)
+    return record, path
