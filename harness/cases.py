@@ -12,6 +12,9 @@ name. The module provides plain names, no base class:
     speed_baseline   inputs -> output: what the fix is timed against
     speed_candidate  (optional) inputs -> output: the part of the fix to time, default `fixed`
 
+An exception raised by `buggy` may carry a `figures` dict of plain values (e.g.
+how long teardown took); the reproduce record keeps them.
+
 and a docstring whose first line is its title, followed by the sections in
 `REQUIRED_SECTIONS`, each starting at the beginning of a line ("Cause: ..."),
 continued on lines indented by 4; lines indented by 8 are verbatim text (error

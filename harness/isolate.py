@@ -15,6 +15,7 @@ pickle. Whatever happens to the child, the parent gets a `ChildResult`.
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import pickle
 import signal
@@ -38,6 +39,7 @@ class Failure:
     message: str
     where: str  # innermost frame: "file.py:123 in function"
     traceback: str
+    figures: dict[str, Any] = field(default_factory=dict)  # an exception's own `figures` dict, if it carries one
 
     @classmethod
     def from_exception(cls, error: BaseException) -> Failure:
@@ -48,6 +50,7 @@ class Failure:
             message=str(error),
             where=where,
             traceback="".join(traceback.format_exception(error)),
+            figures=_plain(getattr(error, "figures", None)),
         )
 
     @property
@@ -170,6 +173,16 @@ def _kill_group(pid: int, *, child_unreaped: bool = False) -> None:
             kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _plain(figures: Any) -> dict[str, Any]:
+    """Keep only what pickles and serialises as JSON: an exception may carry anything."""
+    if not isinstance(figures, dict):
+        return {}
+    try:
+        return json.loads(json.dumps(figures, default=str))
+    except (TypeError, ValueError):
+        return {}
 
 
 def _signal_name(number: int) -> str:

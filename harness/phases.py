@@ -63,7 +63,7 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
     symptom = case.symptoms[settings.device]
     if failure is None:
         return _record("reproduce", "not_reproduced", False, "buggy ran without error on this version", result)
-    figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where}
+    figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where, **failure.figures}
     if symptom.output:
         figures["output_line"] = _first_matching_line(symptom.output, result.output)
     if context_after is not None:
