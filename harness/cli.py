@@ -37,7 +37,6 @@ def run_from_config(cfg: DictConfig, output_dir: Path, console: Console | None =
     """Run one configured case and print its report; returns the exit status."""
     global _environment
     console = console or Console(highlight=False)
-    error_console = Console(stderr=True, highlight=False)
     try:
         validate(cfg)
         if _environment is None:  # probed once per process: a multirun reuses it
@@ -51,10 +50,10 @@ def run_from_config(cfg: DictConfig, output_dir: Path, console: Console | None =
             on_phase=lambda phase, phase_record: print_progress(console, cfg.case.name, device, phase, phase_record),
         )
     except ConfigError as error:
-        error_console.print(f"error: {error}", markup=False)
+        print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except DeviceUnavailable as error:
-        error_console.print(f"error: {error}", markup=False)
+        print(f"error: {error}", file=sys.stderr)
         return EXIT_NO_DEVICE
     print_report(console, record, path)
     return EXIT_OK if record.ok else EXIT_CHECK_FAILED

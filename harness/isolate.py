@@ -121,6 +121,8 @@ def _child_main(function, args, kwargs, result_path: str, output_path: str) -> N
         output_fd = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
+        sys.stdout = open(1, "w", buffering=1, closefd=False, encoding="utf-8", errors="replace")  # also under pytest's capture
+        sys.stderr = open(2, "w", buffering=1, closefd=False, encoding="utf-8", errors="replace")
         faulthandler.enable(file=2, all_threads=True)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         try:

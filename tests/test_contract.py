@@ -1,0 +1,57 @@
+"""Every case is complete: a module and a yaml, the contract's names, a docstring a person can read."""
+
+import pytest
+from omegaconf import OmegaConf
+
+from harness.cases import CASE_CONFIG_DIR, Symptom, case_names, case_text, config_names, contract_problems, load_case
+from harness.isolate import Failure
+
+CASES = case_names()
+
+
+def test_cases_are_found_by_scanning_the_folder():
+    assert {"embedding_oob", "codebook_oob"} <= set(CASES)
+
+
+def test_every_case_module_has_a_yaml_and_every_yaml_a_module():
+    assert CASES == config_names()
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_case_fulfils_the_contract(name):
+    assert contract_problems(load_case(name)) == []
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_yaml_starts_with_its_command_and_names_its_case(name):
+    path = CASE_CONFIG_DIR / f"{name}.yaml"
+    assert path.read_text().splitlines()[0] == f"# python -m harness case={name}"
+    cfg = OmegaConf.load(path)
+    assert cfg.name == name
+    assert {"seed", "tolerance"} <= set(cfg)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_docstring_cites_upstream_and_states_fidelity(name):
+    text = case_text(load_case(name))
+    assert "https://github.com/" in text.sections["Upstream"]
+    assert any(word in text.sections["Fidelity"].lower() for word in ("faithful", "synthetic"))
+
+
+def test_docstring_sections_join_prose_and_keep_verbatim_lines():
+    module = type("M", (), {"__doc__": "Title.\n\nCause: one\n    two\nSymptom on CPU: it says\n        IndexError: x\n"})
+    text = case_text(module)
+    assert text.title == "Title."
+    assert text.sections == {"Cause": "one two", "Symptom on CPU": "it says\n    IndexError: x"}
+
+
+def _failure(types, message):
+    return Failure(types=types, message=message, where="", traceback="")
+
+
+def test_symptom_matches_by_class_in_the_mro_and_message():
+    symptom = Symptom("RuntimeError", r"device-side assert", output=r"srcIndex < srcSelectDimSize")
+    accelerator_error = _failure(("AcceleratorError", "RuntimeError", "Exception"), "CUDA error: device-side assert triggered")
+    assert symptom.mismatches(accelerator_error, "Assertion `srcIndex < srcSelectDimSize` failed.") == []
+    problems = symptom.mismatches(_failure(("IndexError",), "index out of range in self"), "")
+    assert len(problems) == 3

@@ -1,0 +1,27 @@
+"""On a CUDA machine: every case reproduces its CUDA symptom in isolation, and the harness survives it.
+
+Skipped where no GPU is present (CI). Where the CUDA symptom is a device-side assert, the
+context is poisoned: an unrelated op in the same process must fail too.
+"""
+
+import pytest
+
+from harness.cases import case_names, load_case
+from harness.run import run_case
+from tests.conftest import compose_config, requires_cuda
+
+pytestmark = [pytest.mark.cuda, requires_cuda]
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_case_on_cuda(name, environment, tmp_path):
+    record, _ = run_case(compose_config(f"case={name}", "device=cuda", "speed.repeats=5"), "cuda", tmp_path, environment)
+    phases = {phase.phase: phase for phase in record.phases}
+    reproduce = phases["reproduce"]
+    assert reproduce.status == "reproduced", reproduce.message + "\n" + reproduce.output_tail[-2000:]
+    if load_case(name).symptoms["cuda"].output:  # a device-side assert
+        assert reproduce.figures["output_line"]
+        assert reproduce.figures["unrelated_op_after_error"].startswith("failed too")
+    for phase in ("fix", "correct"):
+        assert phases[phase].status == "passed", phases[phase].message
+    assert all(p.status == "rejected" for p in record.phases if p.phase.startswith("bad_fix:"))

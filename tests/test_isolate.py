@@ -1,0 +1,115 @@
+import ctypes
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.isolate import run_isolated
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def _add(a, b):
+    return a + b
+
+
+def _raise_index_error():
+    [][1]
+
+
+def _segfault():
+    ctypes.string_at(0)
+
+
+def _sleep_forever():
+    time.sleep(600)
+
+
+def _print_both():
+    print("to stdout")
+    print("to stderr", file=sys.stderr)
+    os.write(1, b"raw fd write\n")
+    return "done"
+
+
+def _exit_without_result():
+    os._exit(3)
+
+
+def _unpicklable():
+    return lambda: None
+
+
+def _leave_grandchild(pid_path, then_hang):
+    process = subprocess.Popen(["sleep", "600"])
+    with open(pid_path, "w") as pid_file:
+        pid_file.write(str(process.pid))
+    if then_hang:
+        time.sleep(600)
+
+
+def test_returns_the_value():
+    result = run_isolated(_add, 2, b=3, timeout_s=30)
+    assert (result.status, result.value) == ("returned", 5)
+
+
+def test_an_exception_is_described_with_its_bases():
+    result = run_isolated(_raise_index_error, timeout_s=30)
+    assert result.status == "raised"
+    assert result.failure.types[:2] == ("IndexError", "LookupError")
+    assert result.failure.message == "list index out of range"
+    assert "_raise_index_error" in result.failure.where
+    assert result.failure.headline == "IndexError: list index out of range"
+
+
+def test_a_native_crash_is_named_and_its_python_stack_kept():
+    result = run_isolated(_segfault, timeout_s=30)
+    assert result.status == "signalled"
+    assert result.signal == "SIGSEGV"
+    assert "Segmentation fault" in result.output
+    assert "_segfault" in result.output  # faulthandler's stack of the crashing thread
+
+
+def test_a_hung_child_is_killed_at_the_deadline():
+    started = time.perf_counter()
+    result = run_isolated(_sleep_forever, timeout_s=0.5)
+    assert result.status == "timeout"
+    assert time.perf_counter() - started < 10
+
+
+def test_stdout_and_stderr_are_captured():
+    result = run_isolated(_print_both, timeout_s=30)
+    assert result.value == "done"
+    for text in ("to stdout", "to stderr", "raw fd write"):
+        assert text in result.output
+
+
+def test_a_child_leaving_without_a_result_is_reported():
+    result = run_isolated(_exit_without_result, timeout_s=30)
+    assert (result.status, result.exit_code) == ("exited", 3)
+
+
+def test_an_unpicklable_result_becomes_a_failure():
+    result = run_isolated(_unpicklable, timeout_s=30)
+    assert result.status == "raised"
+    assert "pickle" in result.failure.message.lower()
+
+
+@pytest.mark.parametrize("then_hang", [False, True], ids=["child returns", "child times out"])
+def test_grandchildren_do_not_outlive_the_child(tmp_path, then_hang):
+    pid_path = tmp_path / "grandchild.pid"
+    result = run_isolated(_leave_grandchild, str(pid_path), then_hang, timeout_s=2)
+    assert result.status == ("timeout" if then_hang else "returned")
+    grandchild = int(pid_path.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild)
