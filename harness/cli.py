@@ -7,6 +7,7 @@ Exit status: 0 every phase met its expectation; 1 some phase did not;
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from harness.cases import ROOT
-from harness.report import print_progress, print_report
+from harness.records import CaseRecord
+from harness.report import print_progress, print_report, print_summary
 from harness.run import ConfigError, DeviceUnavailable, probe_environment, resolve_device, run_case, validate
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_NO_DEVICE = 0, 1, 2, 3
@@ -24,6 +26,7 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_NO_DEVICE = 0, 1, 2, 3
 _worst_exit = EXIT_OK
 _jobs_started = 0
 _environment: dict | None = None
+_finished: list[tuple[CaseRecord, Path]] = []
 
 
 @hydra.main(version_base="1.3", config_path=str(ROOT / "conf"), config_name="config")
@@ -36,7 +39,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 def run_from_config(cfg: DictConfig, output_dir: Path, console: Console | None = None) -> int:
     """Run one configured case and print its report; returns the exit status."""
     global _environment
-    console = console or Console(highlight=False)
+    console = console or _console()
     try:
         validate(cfg)
         if _environment is None:  # probed once per process: a multirun reuses it
@@ -56,7 +59,12 @@ def run_from_config(cfg: DictConfig, output_dir: Path, console: Console | None =
         print(f"error: {error}", file=sys.stderr)
         return EXIT_NO_DEVICE
     print_report(console, record, path)
+    _finished.append((record, path))
     return EXIT_OK if record.ok else EXIT_CHECK_FAILED
+
+
+def _console() -> Console:
+    return Console(highlight=False, width=shutil.get_terminal_size((120, 24)).columns)  # 120 wide in logs and pipes
 
 
 def main() -> None:
@@ -66,4 +74,6 @@ def main() -> None:
         if exit_.code not in (None, 0) and _jobs_started == 0:
             sys.exit(EXIT_USAGE)  # Hydra refused the command line (unknown case, bad override)
         raise
+    if len(_finished) > 1:
+        print_summary(_console(), _finished)
     sys.exit(_worst_exit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -62,3 +63,24 @@ def print_report(console: Console, record: CaseRecord, path: Path) -> None:
 def _shorten(message: str) -> str:
     message = " ".join(message.split())
     return message if len(message) <= MAX_DETAIL_CHARS else message[: MAX_DETAIL_CHARS - 1] + "…"
+
+
+def print_summary(console: Console, records: list[tuple[CaseRecord, Path]]) -> None:
+    """One line per case run, after a multirun."""
+    table = Table(title="summary")
+    for column in ("case", "device", "ok", "reproduce", "fix", "correct", "speed", "bad fixes"):
+        table.add_column(column, no_wrap=True)
+    for record, path in records:
+        by_phase = {phase.phase: phase for phase in record.phases}
+        bad_fixes = [phase for phase in record.phases if phase.phase.startswith("bad_fix:")]
+        speed = by_phase.get("speed")
+        table.add_row(
+            record.case,
+            record.device,
+            "[green]yes[/green]" if record.ok else "[red]NO[/red]",
+            *(by_phase[name].status if name in by_phase else "-" for name in ("reproduce", "fix", "correct")),
+            f"{speed.figures['ratio']:.2f}x" + ("" if speed.ok else f" {speed.status}") if speed and "ratio" in speed.figures else (speed.status if speed else "-"),
+            f"{sum(p.status == 'rejected' for p in bad_fixes)}/{len(bad_fixes)} rejected" if bad_fixes else "-",
+        )
+    console.print(table)
+    console.print(f"records: {os.path.commonpath([str(path.parent) for _, path in records])}")

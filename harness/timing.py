@@ -25,11 +25,12 @@ def time_pair(
     warmup: int,
     repeats: int,
 ) -> dict[str, float]:
-    """Median seconds per call of each, and their ratio (candidate / baseline).
+    """Median seconds per call of each, and the median of the paired ratios (candidate / baseline).
 
-    Candidate and baseline alternate which runs first in each repeat, so drift
-    in clock speed or cache state falls on both. On CUDA each sample is bounded
-    by events and synchronised; on CPU by `perf_counter`.
+    Each repeat times the candidate and the baseline back to back, alternating
+    which goes first, and the ratio is taken within the pair: load from other
+    processes, clock drift and cache state fall on both sides of each ratio. On
+    CUDA each sample is bounded by events and synchronised; on CPU by `perf_counter`.
     """
     for _ in range(warmup):
         candidate(inputs)
@@ -42,12 +43,10 @@ def time_pair(
         order = [(candidate, candidate_s), (baseline, baseline_s)]
         for function, samples in order if repeat % 2 == 0 else reversed(order):
             samples.append(_sample(function, inputs, device, calls))
-    candidate_median = statistics.median(candidate_s)
-    baseline_median = statistics.median(baseline_s)
     return {
-        "candidate_s": candidate_median,
-        "baseline_s": baseline_median,
-        "ratio": candidate_median / baseline_median,
+        "candidate_s": statistics.median(candidate_s),
+        "baseline_s": statistics.median(baseline_s),
+        "ratio": statistics.median(c / b for c, b in zip(candidate_s, baseline_s)),
         "calls_per_sample": calls,
         "repeats": repeats,
     }
