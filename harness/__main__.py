@@ -1,3 +1,4 @@
 from harness.cli import main
 
-main()
+if __name__ == "__main__":  # the fork server imports this module again as __mp_main__
+    main()

@@ -1,21 +1,29 @@
-"""Run one function in a forked child, bounded in time, and report how it ended.
+"""Run one function in an isolated child process, bounded in time, and report how it ended.
 
 A device-side assert poisons the CUDA context of the whole process, a native
 fault kills it, a collective can hang it: so every phase that may do one of
-those runs here. The parent has imported torch but never touched CUDA, which
-makes `fork` both cheap (no interpreter start, no re-import) and safe (the
-child initialises CUDA itself).
+those runs here.
+
+Children are forked from a fork server: a clean process started once, which
+imports torch and the cases (`preload`) but never computes and never touches
+CUDA. Forking from it is cheap (no interpreter start, no re-import) and safe:
+the child initialises CUDA itself, and it inherits no OpenMP thread pool (a
+child forked from a process that has used one hangs in its first parallel op).
+So the caller may have done anything, CUDA and parallel CPU work included.
+The function and its arguments travel to the child by pickle: pass module-level
+functions and plain data.
 
 The child gets its own process group (so grandchildren die with it), writes
 stdout and stderr to a file (CUDA prints device assertions there, faulthandler
 prints the Python stack of a native crash there) and sends its result back as a
-pickle. Whatever happens to the child, the parent gets a `ChildResult`.
+pickle. Whatever happens to the child, the caller gets a `ChildResult`.
 """
 
 from __future__ import annotations
 
 import faulthandler
 import json
+import multiprocessing
 import os
 import pickle
 import signal
@@ -27,8 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 OUTPUT_TAIL_CHARS = 20_000
-_POLL_START_S = 0.0005
-_POLL_MAX_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -82,33 +88,36 @@ class ChildResult:
         return f"exited with code {self.exit_code} without a result"
 
 
+_FORK_SERVER = multiprocessing.get_context("forkserver")
+_DEFAULT_PRELOAD = ["__main__", "torch"]  # __main__: children resolve functions defined there without re-running it
+_FORK_SERVER.set_forkserver_preload(_DEFAULT_PRELOAD)
+
+
+def preload(modules: list[str]) -> None:
+    """Modules the fork server imports once, before its first child (no effect once it runs)."""
+    _FORK_SERVER.set_forkserver_preload([*_DEFAULT_PRELOAD, *modules])
+
+
 def run_isolated(function: Callable[..., Any], *args: Any, timeout_s: float, **kwargs: Any) -> ChildResult:
-    """Call `function(*args, **kwargs)` in a forked child; never raises for what the child does."""
+    """Call `function(*args, **kwargs)` in a child forked from the fork server; never raises for what the child does."""
     with tempfile.TemporaryDirectory(prefix="harness-child-") as scratch:
         result_path = os.path.join(scratch, "result.pickle")
         output_path = os.path.join(scratch, "output.txt")
-        sys.stdout.flush()
-        sys.stderr.flush()
+        child = _FORK_SERVER.Process(target=_child_main, args=(function, args, kwargs, result_path, output_path), daemon=False)
         started = time.perf_counter()
-        pid = os.fork()
-        if pid == 0:
-            _child_main(function, args, kwargs, result_path, output_path)
-        try:
-            os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
-        except OSError:
-            pass
-        status = _wait(pid, timeout_s)
+        child.start()
+        timed_out = _wait(child, timeout_s)
         seconds = time.perf_counter() - started
         output = _read_tail(output_path)
-        if status is None:
+        if timed_out:
             return ChildResult("timeout", seconds, output=output)
-        if os.WIFSIGNALED(status):
-            return ChildResult("signalled", seconds, signal=_signal_name(os.WTERMSIG(status)), output=output)
+        if child.exitcode < 0:
+            return ChildResult("signalled", seconds, signal=_signal_name(-child.exitcode), output=output)
         try:
             with open(result_path, "rb") as result_file:
                 kind, payload = pickle.load(result_file)
         except (OSError, EOFError, pickle.UnpicklingError):
-            return ChildResult("exited", seconds, exit_code=os.WEXITSTATUS(status), output=output)
+            return ChildResult("exited", seconds, exit_code=child.exitcode, output=output)
         if kind == "returned":
             return ChildResult("returned", seconds, value=payload, output=output)
         return ChildResult("raised", seconds, failure=payload, output=output)
@@ -121,7 +130,7 @@ def _child_main(function, args, kwargs, result_path: str, output_path: str) -> N
         output_fd = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
-        sys.stdout = open(1, "w", buffering=1, closefd=False, encoding="utf-8", errors="replace")  # also under pytest's capture
+        sys.stdout = open(1, "w", buffering=1, closefd=False, encoding="utf-8", errors="replace")
         sys.stderr = open(2, "w", buffering=1, closefd=False, encoding="utf-8", errors="replace")
         faulthandler.enable(file=2, all_threads=True)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -143,38 +152,27 @@ def _child_main(function, args, kwargs, result_path: str, output_path: str) -> N
         os._exit(exit_code)
 
 
-def _wait(pid: int, timeout_s: float) -> int | None:
-    """The child's wait status, or None after killing its process group at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    poll_s = _POLL_START_S
+def _wait(child, timeout_s: float) -> bool:
+    """Wait for the child; at the deadline kill its process group. True if it timed out."""
     try:
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                _kill_group(pid)  # grandchildren the child left behind
-                return status
-            if time.monotonic() >= deadline:
-                _kill_group(pid, child_unreaped=True)
-                os.waitpid(pid, 0)
-                return None
-            time.sleep(poll_s)
-            poll_s = min(poll_s * 2, _POLL_MAX_S)
+        child.join(timeout_s)
+        timed_out = child.exitcode is None
     except BaseException:
-        _kill_group(pid, child_unreaped=True)
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
+        timed_out = True
         raise
+    finally:
+        _kill_group(child.pid)  # the grandchildren it left behind; at the deadline the child too
+        if timed_out:
+            child.kill()  # in case it had not yet made its own group
+        child.join()
+    return timed_out
 
 
-def _kill_group(pid: int, *, child_unreaped: bool = False) -> None:
-    kills = (os.killpg, os.kill) if child_unreaped else (os.killpg,)  # never signal a reaped pid: it may be reused
-    for kill in kills:
-        try:
-            kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the group outlives its reaped leader while members remain
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _plain(figures: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@
                rejected (it raised, crashed, or differs from the reference) | accepted | timeout | error
 
 "error" means the case itself broke (e.g. `make_inputs` raised): not a verdict on the bug.
+Children get the case by name (`cfg.name`) and import it from the fork server's preload.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from typing import Any, Callable, Iterator
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from harness.cases import load_case
 from harness.compare import compare, describe
 from harness.isolate import ChildResult, Failure, run_isolated
 from harness.records import PhaseRecord
 from harness.timing import synchronize, time_pair
 
 PHASES = ("reproduce", "fix", "correct", "speed", "bad_fixes")
+FIXED = "fixed"
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings)
 
 
 def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    result = run_isolated(_reproduce_in_child, case, cfg, settings.device, timeout_s=settings.timeout_s)
+    result = run_isolated(_reproduce_in_child, cfg, settings.device, timeout_s=settings.timeout_s)
     if result.status != "returned":
         return _abnormal("reproduce", result)
     failure, context_after = result.value
@@ -74,7 +77,8 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
     return _record("reproduce", "reproduced", True, failure.headline, result, figures)
 
 
-def _reproduce_in_child(case: ModuleType, cfg: DictConfig, device: str) -> tuple[Failure | None, str | None]:
+def _reproduce_in_child(cfg: DictConfig, device: str) -> tuple[Failure | None, str | None]:
+    case = load_case(cfg.name)
     inputs = case.make_inputs(cfg, device)
     _, failure = _call(case.buggy, inputs, device)
     if failure is None or device != "cuda":
@@ -88,7 +92,7 @@ def _reproduce_in_child(case: ModuleType, cfg: DictConfig, device: str) -> tuple
 
 
 def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    result = run_isolated(_fix_in_child, case, cfg, settings.device, timeout_s=settings.timeout_s)
+    result = run_isolated(_fix_in_child, cfg, settings.device, timeout_s=settings.timeout_s)
     if result.status != "returned":
         return _abnormal("fix", result)
     output, failure, sync_checked = result.value
@@ -98,7 +102,8 @@ def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     return _record("fix", "passed", True, f"returned {output}", result, figures)
 
 
-def _fix_in_child(case: ModuleType, cfg: DictConfig, device: str) -> tuple[str | None, Failure | None, bool]:
+def _fix_in_child(cfg: DictConfig, device: str) -> tuple[str | None, Failure | None, bool]:
+    case = load_case(cfg.name)
     inputs = case.make_inputs(cfg, device)
     check_sync = device == "cuda" and bool(cfg.get("fix_must_not_sync", False))
     with _sync_forbidden() if check_sync else contextlib.nullcontext():
@@ -120,7 +125,7 @@ def _sync_forbidden():
 
 
 def correct(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    result = run_isolated(_compare_in_child, case.fixed, case, cfg, settings.device, timeout_s=settings.timeout_s)
+    result = run_isolated(_compare_in_child, FIXED, cfg, settings.device, timeout_s=settings.timeout_s)
     if result.status != "returned":
         return _abnormal("correct", result)
     figures, failure = result.value
@@ -131,9 +136,11 @@ def correct(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecor
     return _record("correct", "mismatch", False, "differs from the reference: " + _difference(figures), result, figures)
 
 
-def _compare_in_child(candidate: Callable, case: ModuleType, cfg: DictConfig, device: str) -> tuple[dict | None, Failure | None]:
+def _compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dict | None, Failure | None]:
+    """Compare `fixed` (candidate FIXED) or the bad fix named `candidate` with the reference."""
+    case = load_case(cfg.name)
     inputs = case.make_inputs(cfg, device)
-    got, failure = _call(candidate, inputs, device)
+    got, failure = _call(case.fixed if candidate == FIXED else case.bad_fixes[candidate], inputs, device)
     if failure is not None:
         return None, failure
     want, failure = _call(case.reference, inputs, device)
@@ -146,7 +153,7 @@ def _compare_in_child(candidate: Callable, case: ModuleType, cfg: DictConfig, de
 
 
 def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    result = run_isolated(_speed_in_child, case, cfg, settings, timeout_s=settings.timeout_s)
+    result = run_isolated(_speed_in_child, cfg, settings, timeout_s=settings.timeout_s)
     if result.status != "returned":
         return _abnormal("speed", result)
     figures, failure = result.value
@@ -162,7 +169,8 @@ def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     return _record("speed", "over_budget", False, f"{summary}, over budget {budget}x", result, figures)
 
 
-def _speed_in_child(case: ModuleType, cfg: DictConfig, settings: Settings) -> tuple[dict | None, Failure | None]:
+def _speed_in_child(cfg: DictConfig, settings: Settings) -> tuple[dict | None, Failure | None]:
+    case = load_case(cfg.name)
     speed_cfg = OmegaConf.merge(cfg, OmegaConf.select(cfg, "speed.inputs") or {})
     if settings.device == "cpu":
         torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
@@ -180,7 +188,7 @@ def _speed_in_child(case: ModuleType, cfg: DictConfig, settings: Settings) -> tu
 
 def bad_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     phase = f"bad_fix:{name}"
-    result = run_isolated(_compare_in_child, case.bad_fixes[name], case, cfg, settings.device, timeout_s=settings.timeout_s)
+    result = run_isolated(_compare_in_child, name, cfg, settings.device, timeout_s=settings.timeout_s)
     if result.status == "signalled":
         return _record(phase, "rejected", True, f"crashed: {result.summary}", result, {"how": "crashed"})
     if result.status != "returned":

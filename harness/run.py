@@ -8,7 +8,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import case_names, case_text, load_case
-from harness.isolate import run_isolated
+from harness.isolate import preload, run_isolated
 from harness.phases import PHASES, Settings, run_phase
 from harness.records import CaseRecord, PhaseRecord, host_environment, now, probe_device, write_record
 
@@ -58,10 +58,16 @@ def resolve_device(requested: str, probe: dict[str, Any]) -> str:
 
 
 def probe_environment() -> dict[str, Any]:
+    preload_cases()
     result = run_isolated(probe_device, timeout_s=PROBE_TIMEOUT_S)
     if result.status != "returned":
         raise DeviceUnavailable(f"probing the devices failed: {result.summary}")
     return {**host_environment(), **result.value}
+
+
+def preload_cases() -> None:
+    """Have the fork server import every case once, so each phase's child starts with them loaded."""
+    preload(["harness.phases", *(f"cases.{name}" for name in case_names())])
 
 
 def run_case(
@@ -76,6 +82,7 @@ def run_case(
     `on_phase(phase, None)` is called as a phase starts, `on_phase(phase, record)` as each record lands.
     """
     validate(cfg)
+    preload_cases()
     case = load_case(cfg.case.name)
     settings = Settings(device=device, timeout_s=float(cfg.timeout_s), warmup=int(cfg.speed.warmup), repeats=int(cfg.speed.repeats), cpu_threads=int(cfg.speed.cpu_threads))
     record = CaseRecord(

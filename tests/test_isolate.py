@@ -5,6 +5,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from harness.isolate import run_isolated
 
@@ -46,6 +47,11 @@ def _exit_without_result():
 
 def _unpicklable():
     return lambda: None
+
+
+def _parallel_work():
+    x = torch.randn(1000, 1000)
+    return float((x @ x).sum() + torch.randn(4_000_000).sum())
 
 
 def _leave_grandchild(pid_path, then_hang):
@@ -113,3 +119,11 @@ def test_grandchildren_do_not_outlive_the_child(tmp_path, then_hang):
     while _alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(grandchild)
+
+
+def test_a_caller_that_used_torch_threads_does_not_hang_its_children():
+    # A child forked straight from a process whose OpenMP pool has run hangs in its first parallel op;
+    # children come from the fork server, which never computes.
+    _parallel_work()
+    result = run_isolated(_parallel_work, timeout_s=60)
+    assert result.status == "returned", result.summary
