@@ -1,0 +1,195 @@
+r"""Class-weighted cross entropy looks up a weight for the ignore label 255: PIDNet-S on Cityscapes.
+
+Upstream: https://github.com/open-mmlab/mmsegmentation/issues/3724 (PIDNet-S on Cityscapes),
+    https://github.com/open-mmlab/mmsegmentation/issues/3574 and
+    https://github.com/open-mmlab/mmsegmentation/issues/3864 (other datasets, same line). The code is
+    `cross_entropy` in mmseg/models/losses/cross_entropy_loss.py of mmsegmentation 1.2.2, the newest
+    release; no release fixes it. In the 1.2.0 and 1.2.1 wheels the same lookup sits in
+    `torch.tensor([...])`, which fails on any batch, 255 or not (ValueError: only one element
+    tensors can be converted to Python scalars); 1.1.2 has no class-weighted denominator.
+
+Fidelity: faithful in the code path and the config: the installed mmsegmentation 1.2.2
+    `CrossEntropyLoss`, its source run unchanged, built by mmseg's `MODELS` registry from PIDHead's
+    `loss_decode[0]` dict of pidnet-s_2xb6-120k_1024x1024-cityscapes.py (19 class weights,
+    loss_weight 0.4) and called as PIDHead's `loss_by_feat` calls it: logits (N, 19, H, W) at the
+    label's size, `ignore_index=255`, labels carrying Cityscapes' own void label 255 and
+    SegDataPreProcessor's padding (`seg_pad_val=255`) below the resized image. Changed:
+    `avg_non_ignore=True` (the config leaves the default False; the crash comes before the flag is
+    read), batch 2 and a 512x512 crop (1024x1024 in the speed phase). Synthetic: the logits, the
+    class of each pixel and which pixels are void (seeded), and one padding height for the batch.
+    mmseg.models' `__init__` imports every model, which needs mmcv's compiled ops (mmcv-lite has
+    none), so `upstream()` creates the packages mmseg.models and mmseg.models.losses without running
+    their `__init__` and imports the loss module file itself as usual.
+
+Symptom on CUDA: from the threads, not run here. Many lines of a device-side assertion (#3724):
+        ...\aten\src\ATen\native\cuda\IndexKernel.cu:92: block: [525,0,0], thread: [96,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.
+    then, at whichever op synchronises next (in #3574 the boolean index in mmseg's `accuracy`):
+        RuntimeError: CUDA error: device-side assert triggered
+    Older torch builds word the assertion `index >= -sizes[i] && index < sizes[i] && "index out of
+    bounds"` (the log in PR #3457). Here the boolean mask that `avg_non_ignore=True` applies right
+    after the lookup is expected to be the first op to synchronise; that is not verified.
+
+Symptom on CPU: raised at the lookup itself, in the list comprehension over the batch:
+        IndexError: index 255 is out of bounds for dimension 0 with size 19
+
+Cause: the mean's denominator is `torch.stack([class_weight[cls] for cls in label])`, a weight looked
+    up for every pixel before `label == ignore_index` is masked out. 255 (void and padding) is no
+    class of the 19. The loss itself, `F.cross_entropy(..., ignore_index=255)`, handles 255; only
+    this lookup fails.
+
+Fix: compute the denominator without looking up ignored pixels and without the Python loop: append
+    one weight for "ignored" (0 for `avg_non_ignore=True`, 1 for False), send ignored pixels to it,
+    sum, and hand that to upstream's own `cross_entropy` as `avg_factor`, which then skips its
+    branch. With True this is F.cross_entropy(pred, label, weight=w, ignore_index=255). False should
+    keep every pixel in the denominator, a labelled one by its class weight and an ignored one (no
+    class) by 1: with all weights 1 that is upstream's unweighted `label.numel()`, with nothing
+    ignored it equals True. Thread workarounds: commenting out the class-weight branch (#3574,
+    #3724) divides the weighted sum by all pixels (the bad-fix phase measures how far that moves the
+    loss). Padding with -1 and `ignore_index=-1` (#3864) crashes on Cityscapes, whose own void label
+    is 255; with every ignored pixel -1 it gives the right value for True only because
+    `class_weight[-1]` wraps to the last class before the mask zeroes it (see the test file).
+"""
+
+import copy
+import functools
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+from torch import nn
+
+from harness.cases import Symptom
+
+INSTALL = "pip install 'mmsegmentation==1.2.2' 'mmcv-lite>=2.0.0rc4,<2.2.0' 'mmengine>=0.5,<1.0'"
+
+symptoms = {
+    "cpu": Symptom("IndexError", r"index 255 is out of bounds for dimension 0 with size 19"),
+    "cuda": Symptom(
+        "RuntimeError",
+        r"CUDA error|device-side assert",
+        output=r"IndexKernel\.cu.*index out of bounds",  # `-sizes[i] <= index && ...` or, in older builds, `index >= -sizes[i] && ...`
+    ),
+}
+
+
+@functools.cache
+def upstream():
+    """mmseg/models/losses/cross_entropy_loss.py of the installed mmsegmentation, imported without
+    running the `__init__` of mmseg.models and mmseg.models.losses (both stay package objects of
+    their real folders, so the module's own imports and mmseg's registry work as in training)."""
+    try:
+        import mmseg  # asserts the mmcv and mmengine versions it supports
+    except (ImportError, AssertionError) as error:
+        raise ImportError(f"class_weight_index runs mmsegmentation's own loss: {INSTALL} ({error})") from error
+    root = Path(mmseg.__file__).parent
+    for name in ("mmseg.models", "mmseg.models.losses"):
+        if name not in sys.modules:
+            folder = root.joinpath(*name.split(".")[1:])
+            spec = importlib.util.spec_from_file_location(name, folder / "__init__.py", submodule_search_locations=[str(folder)])
+            sys.modules[name] = importlib.util.module_from_spec(spec)  # the package, its __init__ not run
+    return importlib.import_module("mmseg.models.losses.cross_entropy_loss")
+
+
+class Inputs(NamedTuple):
+    pred: torch.Tensor  # (N, 19, H, W) logits at the label's size
+    label: torch.Tensor  # (N, H, W) long: classes 0..18, void 255, padding seg_pad_val below image_height
+    class_weight: torch.Tensor  # (19,)
+    loss_weight: float
+    ignore_index: int
+    image_height: int
+    loss: nn.Module  # upstream CrossEntropyLoss built from the config dict
+    fixed_loss: nn.Module  # the same, its `cross_entropy` replaced by `fixed_cross_entropy`
+
+
+def make_inputs(cfg, device):
+    config = OmegaConf.to_container(cfg.loss)
+    if not config["avg_non_ignore"]:
+        raise ValueError("the reference is F.cross_entropy's mean, i.e. avg_non_ignore=True; False is tested in tests/")
+    sizes = cfg.sizes
+    if sizes.image_height > sizes.height:
+        raise ValueError(f"image_height {sizes.image_height} is taller than the crop ({sizes.height})")
+    generator = torch.Generator().manual_seed(cfg.seed)
+    classes = len(config["class_weight"])
+    label = torch.randint(0, classes, (sizes.batch, sizes.height, sizes.width), generator=generator)
+    label[torch.rand(label.shape, generator=generator) < cfg.void_fraction] = 255  # Cityscapes' void label
+    label[:, sizes.image_height :] = cfg.seg_pad_val
+    pred = torch.randn(sizes.batch, classes, sizes.height, sizes.width, generator=generator)
+    return Inputs(
+        pred=pred.to(device),
+        label=label.to(device),
+        class_weight=torch.tensor(config["class_weight"], device=device),
+        loss_weight=config["loss_weight"],
+        ignore_index=cfg.ignore_index,
+        image_height=sizes.image_height,
+        loss=build_loss(config),
+        fixed_loss=build_loss(config, criterion=fixed_cross_entropy),
+    )
+
+
+def build_loss(config, criterion=None):
+    """The mm way: a config dict through mmseg's MODELS registry; `criterion` replaces its `cross_entropy`."""
+    loss = upstream().MODELS.build(dict(config))
+    if criterion is not None:
+        loss.cls_criterion = criterion
+    return loss
+
+
+def buggy(x):
+    return x.loss(x.pred, x.label, ignore_index=x.ignore_index)  # as PIDHead.loss_by_feat calls loss_decode[0]
+
+
+def fixed(x):
+    return x.fixed_loss(x.pred, x.label, ignore_index=x.ignore_index)
+
+
+def fixed_cross_entropy(
+    pred, label, weight=None, class_weight=None, reduction="mean", avg_factor=None, ignore_index=-100, avg_non_ignore=False
+):
+    """Upstream's `cross_entropy`, handed the class-weighted denominator it fails to compute."""
+    if avg_factor is None and reduction == "mean" and class_weight is not None:
+        avg_factor = class_weighted_count(label, class_weight, ignore_index, avg_non_ignore)
+    return upstream().cross_entropy(pred, label, weight, class_weight, reduction, avg_factor, ignore_index, avg_non_ignore)
+
+
+def class_weighted_count(label, class_weight, ignore_index, avg_non_ignore):
+    """Sum over pixels of their class weight; an ignored pixel counts 0 (avg_non_ignore) or 1."""
+    weights = F.pad(class_weight, (0, 1), value=0.0 if avg_non_ignore else 1.0)  # (C + 1,): the last is "ignored"
+    return weights[torch.where(label == ignore_index, len(class_weight), label)].sum()
+
+
+def reference(x):
+    """PyTorch's weighted mean: sum of w[y] * nll over labelled pixels / sum of w[y] over them."""
+    return x.loss_weight * F.cross_entropy(x.pred, x.label, weight=x.class_weight, ignore_index=x.ignore_index)
+
+
+speed_baseline = reference
+
+
+def cross_entropy_branch_commented_out(
+    pred, label, weight=None, class_weight=None, reduction="mean", avg_factor=None, ignore_index=-100, avg_non_ignore=False
+):
+    """Upstream's `cross_entropy` as #3724 ran it: the class-weight `else:` commented out, so avg_factor stays None."""
+    loss = F.cross_entropy(pred, label, weight=class_weight, reduction="none", ignore_index=ignore_index)
+    return upstream().weight_reduce_loss(loss, weight=weight, reduction=reduction, avg_factor=avg_factor)
+
+
+def comment_out_class_weight_branch(x):
+    """#3574 / #3724: the weighted sum divided by the number of pixels, ignored ones included, unweighted."""
+    loss = copy.copy(x.loss)
+    loss.cls_criterion = cross_entropy_branch_commented_out
+    return loss(x.pred, x.label, ignore_index=x.ignore_index)
+
+
+def pad_with_minus_one(x):
+    """#3864: `seg_pad_val=-1` and `ignore_index=-1`; Cityscapes' own void pixels stay 255."""
+    label = x.label.clone()
+    label[:, x.image_height :] = -1
+    return x.loss(x.pred, label, ignore_index=-1)
+
+
+bad_fixes = {"comment_out_class_weight_branch": comment_out_class_weight_branch, "pad_with_minus_one": pad_with_minus_one}
