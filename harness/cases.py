@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from torch.torch_version import TorchVersion
+
 from harness.isolate import Failure
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,12 +50,18 @@ class Symptom:
     (so "RuntimeError" also accepts torch's newer AcceleratorError); `message` is
     a regex searched in the exception text; `output`, when set, is a regex
     searched in what the process printed (CUDA prints device-side assertions
-    there, not in the exception).
+    there, not in the exception). `fixed_in` records a torch release that made
+    the buggy code valid: from it on, running clean is the expected result.
     """
 
     exception: str
     message: str
     output: str | None = None
+    fixed_in: str | None = None  # torch version from which this code no longer fails (found by running it)
+
+    def expected_on(self, torch_version: str) -> bool:
+        """Whether the buggy code is expected to fail on this torch version."""
+        return self.fixed_in is None or TorchVersion(torch_version) < self.fixed_in
 
     def mismatches(self, failure: Failure, output: str) -> list[str]:
         """Why `failure` is not this symptom; empty when it is."""

@@ -1,7 +1,7 @@
 """The five phases. Each runs its case code in an isolated child and classifies the result.
 
-    reproduce  run `buggy`; expect the device's symptom
-               reproduced | not_reproduced | wrong_failure | crashed | timeout | error
+    reproduce  run `buggy`; expect the device's symptom (or, from the symptom's `fixed_in` torch on, a clean run)
+               reproduced | not_reproduced | fixed_upstream | wrong_failure | crashed | timeout | error
     fix        run `fixed` on the same inputs; it must not raise
                passed | raised | crashed | timeout | error
     correct    compare `fixed` with `reference`
@@ -64,8 +64,11 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
         return _abnormal("reproduce", result)
     failure, context_after = result.value
     symptom = case.symptoms[settings.device]
+    expected = symptom.expected_on(torch.__version__)
     if failure is None:
-        return _record("reproduce", "not_reproduced", False, "buggy ran without error on this version", result)
+        if not expected:
+            return _record("reproduce", "fixed_upstream", True, f"buggy ran without error, as expected from torch {symptom.fixed_in} on", result)
+        return _record("reproduce", "not_reproduced", False, f"buggy ran without error on torch {torch.__version__}", result)
     figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where, **failure.figures}
     if symptom.output:
         figures["output_line"] = _first_matching_line(symptom.output, result.output)
@@ -74,6 +77,8 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
     problems = symptom.mismatches(failure, result.output)
     if problems:
         return _record("reproduce", "wrong_failure", False, f"{failure.headline} ({'; '.join(problems)})", result, figures)
+    if not expected:
+        return _record("reproduce", "reproduced", False, f"{failure.headline} (but torch >= {symptom.fixed_in} was recorded as not failing)", result, figures)
     return _record("reproduce", "reproduced", True, failure.headline, result, figures)
 
 

@@ -21,9 +21,10 @@ def _phase(record, name):
 
 
 def test_the_failure_reproduces_with_the_cpu_symptom(cpu_record):
+    # ok encodes the expectation: reproduced, or fixed_upstream on a torch the case records as having fixed it.
     record, _ = cpu_record
     reproduce = _phase(record, "reproduce")
-    assert (reproduce.status, reproduce.ok) == ("reproduced", True), reproduce.message
+    assert reproduce.ok and reproduce.status in ("reproduced", "fixed_upstream"), reproduce.message
 
 
 def test_the_fix_runs_and_matches_the_reference(cpu_record):

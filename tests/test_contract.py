@@ -55,3 +55,11 @@ def test_symptom_matches_by_class_in_the_mro_and_message():
     assert symptom.mismatches(accelerator_error, "Assertion `srcIndex < srcSelectDimSize` failed.") == []
     problems = symptom.mismatches(_failure(("IndexError",), "index out of range in self"), "")
     assert len(problems) == 3
+
+
+def test_a_symptom_fixed_upstream_is_expected_only_before_that_version():
+    symptom = Symptom("RuntimeError", "unsupported", fixed_in="2.4.0")
+    assert symptom.expected_on("2.3.1+cu121")
+    assert not symptom.expected_on("2.4.0")
+    assert not symptom.expected_on("2.13.0+cpu")
+    assert Symptom("IndexError", "x").expected_on("2.13.0")
