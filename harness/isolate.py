@@ -61,7 +61,8 @@ class Failure:
 
     @property
     def headline(self) -> str:
-        first_line = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        """The class and the first line of the message that says something (not a blank or a row of '=')."""
+        first_line = next((line.strip() for line in self.message.splitlines() if any(c.isalnum() for c in line)), "")
         return f"{self.types[0]}: {first_line}"
 
 
