@@ -3,41 +3,90 @@
 Exit status: 0 every phase met its expectation; 1 some phase did not;
 2 the command line or config is wrong (Hydra's own config errors included);
 3 the requested device is not available.
+
+A multirun's summary and exit status come from its jobs' files on disk (harness/sweep.py), so
+they are right whichever launcher ran the jobs.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import shutil
+import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.console import Console
 
+from harness import sweep
 from harness.cases import ROOT
-from harness.records import CaseRecord
-from harness.report import print_progress, print_report, print_summary
+from harness.report import print_progress, print_report
+from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, read_token, report_sweep, write_status
 from harness.run import ConfigError, DeviceUnavailable, probe_environment, resolve_device, run_case, validate
 
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_NO_DEVICE = 0, 1, 2, 3
+EXIT_USAGE, EXIT_NO_DEVICE = 2, 3
 
 _worst_exit = EXIT_OK
 _jobs_started = 0
 _environment: dict | None = None
-_finished: list[tuple[CaseRecord, Path]] = []
 
 
 @hydra.main(version_base="1.3", config_path=str(ROOT / "conf"), config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
+    # Launchers other than the basic one pickle this function by value: keep its body a call by name.
+    _run_job(cfg)
+
+
+def _run_job(cfg: DictConfig) -> None:
+    """One Hydra job, in whichever process its launcher runs it."""
     global _worst_exit, _jobs_started
     _jobs_started += 1
-    _worst_exit = max(_worst_exit, run_from_config(cfg, Path(HydraConfig.get().runtime.output_dir)))
+    hydra_cfg = HydraConfig.get()
+    output_dir = Path(hydra_cfg.runtime.output_dir)
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        _worst_exit = max(_worst_exit, run_from_config(cfg, output_dir))
+        return
+    status = {
+        "sweep": read_token(Path(str(hydra_cfg.sweep.dir))),
+        "job": int(hydra_cfg.job.num),
+        "case": str(cfg.case.name),
+        "device": str(cfg.device),
+        "overrides": list(hydra_cfg.overrides.task),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "exit_code": None,  # stays None if the job is killed (a SLURM time limit, a worker crash)
+        "record": None,
+        "error": None,
+    }
+    write_status(output_dir, status)
+    try:
+        outcome = _run(cfg, output_dir)
+    except Exception as error:  # a harness bug: Hydra reports it too; the status says the job failed
+        write_status(output_dir, {**status, "exit_code": EXIT_CHECK_FAILED, "error": f"{type(error).__name__}: {error}"})
+        raise
+    write_status(output_dir, {**status, "exit_code": outcome.exit_code, "record": outcome.record_name, "error": outcome.error})
+    _worst_exit = max(_worst_exit, outcome.exit_code)
+
+
+@dataclass
+class _Outcome:
+    exit_code: int
+    record_name: str | None = None  # file name of the record, in the job's output dir
+    error: str | None = None  # why no case ran (bad config, missing device)
 
 
 def run_from_config(cfg: DictConfig, output_dir: Path, console: Console | None = None) -> int:
     """Run one configured case and print its report; returns the exit status."""
+    return _run(cfg, output_dir, console).exit_code
+
+
+def _run(cfg: DictConfig, output_dir: Path, console: Console | None = None) -> _Outcome:
     global _environment
     console = console or _console()
     try:
@@ -54,26 +103,41 @@ def run_from_config(cfg: DictConfig, output_dir: Path, console: Console | None =
         )
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _Outcome(EXIT_USAGE, error=str(error))
     except DeviceUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
-        return EXIT_NO_DEVICE
-    print_report(console, record, path)
-    _finished.append((record, path))
-    return EXIT_OK if record.ok else EXIT_CHECK_FAILED
+        return _Outcome(EXIT_NO_DEVICE, error=str(error))
+    with console:  # one write: parallel jobs' reports do not interleave
+        print_report(console, record, path)
+    return _Outcome(EXIT_OK if record.ok else EXIT_CHECK_FAILED, record_name=path.name)
 
 
 def _console() -> Console:
     return Console(highlight=False, width=shutil.get_terminal_size((120, 24)).columns)  # 120 wide in logs and pipes
 
 
+_LAUNCHER_PLUGINS = {"local_parallel": "hydra_joblib_launcher", "joblib": "hydra_joblib_launcher", "slurm": "hydra_submitit_launcher"}
+
+
+def _hint_at_missing_launchers() -> None:
+    for arg in sys.argv[1:]:
+        name = arg.partition("hydra/launcher=")[2]
+        plugin = _LAUNCHER_PLUGINS.get(name) or ("hydra_submitit_launcher" if name.startswith("submitit") else None)
+        if plugin and importlib.util.find_spec(f"hydra_plugins.{plugin}") is None:
+            print(f"hint: hydra/launcher={name} needs the launchers: pip install -e '.[scale]'", file=sys.stderr)
+
+
 def main() -> None:
     try:
         _hydra_main()
     except SystemExit as exit_:
-        if exit_.code not in (None, 0) and _jobs_started == 0:
-            sys.exit(EXIT_USAGE)  # Hydra refused the command line (unknown case, bad override)
+        if exit_.code not in (None, 0):
+            if sweep.current is not None and sweep.sweep_jobs(*sweep.current):
+                sys.exit(max(EXIT_CHECK_FAILED, report_sweep(*sweep.current, _console())))  # a job or the launcher failed (Hydra said which)
+            if _jobs_started == 0:
+                _hint_at_missing_launchers()
+                sys.exit(EXIT_USAGE)  # Hydra refused the command line (unknown case, bad override)
         raise
-    if len(_finished) > 1:
-        print_summary(_console(), _finished)
+    if sweep.current is not None:
+        sys.exit(report_sweep(*sweep.current, _console()))
     sys.exit(_worst_exit)

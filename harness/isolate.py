@@ -101,6 +101,7 @@ def preload(modules: list[str]) -> None:
 
 def run_isolated(function: Callable[..., Any], *args: Any, timeout_s: float, **kwargs: Any) -> ChildResult:
     """Call `function(*args, **kwargs)` in a child forked from the fork server; never raises for what the child does."""
+    _use_a_stdlib_start_method()
     with tempfile.TemporaryDirectory(prefix="harness-child-") as scratch:
         result_path = os.path.join(scratch, "result.pickle")
         output_path = os.path.join(scratch, "output.txt")
@@ -122,6 +123,13 @@ def run_isolated(function: Callable[..., Any], *args: Any, timeout_s: float, **k
         if kind == "returned":
             return ChildResult("returned", seconds, value=payload, output=output)
         return ChildResult("raised", seconds, failure=payload, output=output)
+
+
+def _use_a_stdlib_start_method() -> None:
+    """joblib's loky workers make "loky" the default start method; the fork server's children inherit
+    that name and, without joblib imported, cannot set it: name the stdlib default instead."""
+    if multiprocessing.get_start_method(allow_none=True) not in (None, *multiprocessing.get_all_start_methods()):
+        multiprocessing.set_start_method(multiprocessing.get_all_start_methods()[0], force=True)
 
 
 def _child_main(function, args, kwargs, result_path: str, output_path: str) -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from pathlib import Path
+from typing import Sequence
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from harness.cases import case_text, load_case
@@ -65,22 +69,75 @@ def _shorten(message: str) -> str:
     return message if len(message) <= MAX_DETAIL_CHARS else message[: MAX_DETAIL_CHARS - 1] + "…"
 
 
-def print_summary(console: Console, records: list[tuple[CaseRecord, Path]]) -> None:
-    """One line per case run, after a multirun."""
+def load_record(path: Path) -> CaseRecord:
+    """A record back from its JSON file (fields a newer harness added are ignored)."""
+    data = json.loads(Path(path).read_text())
+    phase_fields = {f.name for f in dataclasses.fields(PhaseRecord)}
+    record_fields = {f.name for f in dataclasses.fields(CaseRecord)} - {"phases"}
+    phases = [PhaseRecord(**{k: v for k, v in phase.items() if k in phase_fields}) for phase in data.get("phases", [])]
+    return CaseRecord(**{k: v for k, v in data.items() if k in record_fields}, phases=phases)
+
+
+def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | None = None) -> None:
+    """One line per case run, after a multirun.
+
+    A row is `(record, path)`, or `(record, path, note, status)` for a job read back from a sweep dir:
+    `record` and `path` are None when the job left no record, `note` says why it failed without one
+    (or before finishing it), `status` is its exit status file (case, device, overrides). The
+    overrides that differ between jobs (sizes, options) go under the case's name; notes follow the table.
+    """
+    notes = [row[2] if len(row) > 2 else None for row in rows]
+    statuses = [row[3] if len(row) > 3 else {} for row in rows]
+    varying = _varying_overrides([status.get("overrides", []) for status in statuses])
     table = Table(title="summary")
     for column in ("case", "device", "ok", "reproduce", "fix", "correct", "speed", "bad fixes"):
         table.add_column(column, no_wrap=True)
-    for record, path in records:
+    footnotes = []
+    for (record, _path, *_), note, status, overrides in zip(rows, notes, statuses, varying):
+        case = record.case if record is not None else str(status.get("case", "?"))
+        device = record.device if record is not None else str(status.get("device", "?"))
+        label = escape(case) + (f"\n[dim]{escape(' '.join(overrides))}[/dim]" if overrides else "")
+        if note:
+            footnotes.append(f"{escape(' '.join([case, device, *overrides]))}: {escape(_shorten(note))}")
+        if record is None:
+            table.add_row(label, device, "[red]NO[/red]", *["-"] * 5)
+            continue
         by_phase = {phase.phase: phase for phase in record.phases}
         bad_fixes = [phase for phase in record.phases if phase.phase.startswith("bad_fix:")]
         speed = by_phase.get("speed")
         table.add_row(
-            record.case,
-            record.device,
-            "[green]yes[/green]" if record.ok else "[red]NO[/red]",
+            label,
+            device,
+            "[green]yes[/green]" if record.ok and not note else "[red]NO[/red]",
             *(by_phase[name].status if name in by_phase else "-" for name in ("reproduce", "fix", "correct")),
             f"{speed.figures['ratio']:.2f}x" + ("" if speed.ok else f" {speed.status}") if speed and "ratio" in speed.figures else (speed.status if speed else "-"),
             f"{sum(p.status == 'rejected' for p in bad_fixes)}/{len(bad_fixes)} rejected" if bad_fixes else "-",
         )
-    console.print(table)
-    console.print(f"records: {os.path.commonpath([str(path.parent) for _, path in records])}")
+    _print_whole(console, table)
+    for footnote in footnotes:
+        console.print(f"[red]NO[/red] {footnote}", highlight=False)
+    paths = [str(row[1].parent) for row in rows if row[1] is not None]
+    where = sweep_dir if sweep_dir is not None else (os.path.commonpath(paths) if paths else None)
+    if where is not None:
+        console.print(f"records: {where}")
+
+
+def _print_whole(console: Console, table: Table) -> None:
+    """Print the table at its natural width even where the terminal is narrower: a long line wraps
+    in the terminal, whereas rich would cut case names and statuses short to fit."""
+    natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    if natural <= console.width:
+        console.print(table)
+        return
+    width = console.width
+    console.width = natural
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+
+
+def _varying_overrides(per_job: list[list[str]]) -> list[list[str]]:
+    """Each job's overrides that not every job shares, less case= and device= (columns of their own)."""
+    shared = set.intersection(*map(set, per_job)) if per_job else set()
+    return [[o for o in overrides if o not in shared and not o.startswith(("case=", "device="))] for overrides in per_job]

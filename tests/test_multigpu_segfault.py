@@ -77,12 +77,17 @@ def test_segfault_is_reported_with_rank_signal_and_stack(no_leftovers):
 def test_default_fault_aborts_the_peer_not_the_odd_rank(no_leftovers):
     error = failure_of(case.buggy, job())
     figures = error.figures
-    assert (figures["blamed_rank"], figures["exitcode"], figures["signal"]) == (0, -6, "SIGABRT")
+    # Rank 0 receives rank 1's 8-byte elements into its 4-byte buffer: it is the one that aborts, every time.
     assert figures["native_fault_ranks"] == {"0": "SIGABRT"}
     assert "op.preamble.length <= op.nbytes" in figures["native_error"]
-    assert "Connection reset by peer" in figures["rank_outcomes"]["1"]
-    assert "Signal 6 (SIGABRT) received by PID" in str(error)
+    assert figures["rank_outcomes"]["1"].startswith("raised RuntimeError")  # its peer vanished
     assert "in train" in figures["stack"]
+    # Whom the launcher blames is a race on a loaded machine: the aborted rank, or the peer exiting with 1.
+    if figures["blamed_rank"] == 0:
+        assert (figures["exitcode"], figures["signal"]) == (-6, "SIGABRT")
+        assert "Signal 6 (SIGABRT) received by PID" in str(error)
+    else:
+        assert (figures["blamed_rank"], figures["exitcode"]) == (1, 1)
 
 
 @pytest.mark.parametrize("fault", ["env_precision", "segfault"])
