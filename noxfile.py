@@ -1,0 +1,183 @@
+r"""The regression matrix: the whole harness under one torch release per session, each in its own venv.
+
+    nox -s matrix                                # every version in TORCH_VERSIONS, one after another
+    nox -s "matrix(torch='2.4.1')"               # one version
+    nox -R -s "matrix(torch='2.4.1')"            # rerun in the existing venv, skipping the install
+    nox -s "matrix(torch='2.4.1')" -- phases=[reproduce]   # extra Hydra overrides for the harness
+    nox -l                                       # the sessions
+
+Each session installs `torch==<v>` together with the project (one pip call, so pip keeps that torch),
+checks that the torch it got is <v>, then writes
+    results/matrix/cpu/torch-<v>/<case>/<case>.cpu.json   one harness record per case (the folder is emptied first)
+    results/matrix/cpu/torch-<v>/harness.log              the harness's console output (not committed)
+    results/matrix/cpu/torch-<v>/session.json             install time, venv size, run times, exit codes, phases not ok
+    results/benchmarks/<machine-id>/NNNN_torch-<v>.json   pytest-benchmark's save (the previous save of <v> is replaced)
+Compare a later run with one of them:
+    pytest tests/test_benchmarks.py tests/test_class_weight_index.py --benchmark-only \
+        --benchmark-storage=file://results/benchmarks --benchmark-compare='*_torch-2.4.1' --benchmark-compare-fail=median:15%
+
+A harness exit of 1 (some phase missed its expectation: a case that does not reproduce on an old torch)
+is a result, and so is a failing benchmark test (pytest exit 1): the session passes. It fails when the
+harness itself broke: an exit other than 0 or 1 (2 bad command line, 3 no device, a signal), a Python
+traceback in its output, or a case under conf/case/ left without a finished record; and when pytest
+could not run (exit 2 and up).
+
+The venvs live outside the repository, in ~/.cache/torch-error-cases/nox (a CUDA build of torch makes
+a venv of about 5 GB, so the matrix needs about 30 GB; a Docker build context or a copy of the tree
+should not carry them). `--envdir .nox` keeps them in the repository instead (.nox/ is ignored by git).
+Sessions reuse their venv by default (`reuse_venv=True`; pip then finds everything installed and
+returns quickly); `-R` also skips the install, `--reuse-venv=never` starts from a fresh venv.
+pip runs without its cache (six CUDA builds in the cache would be another 20 GB or so), so a fresh
+venv downloads torch again. The measured costs are in docs/matrix_cost.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nox
+
+# From the oldest release the harness supports (pyproject: torch>=2.3) to the newest on the registry.
+TORCH_VERSIONS = ["2.3.1", "2.4.1", "2.6.0", "2.9.1", "2.11.0", "2.13.0", "2.15.0"]
+DEVICE = "cpu"
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = Path("results")  # relative to ROOT, where nox runs sessions: the records' argv stays short
+BENCHMARKS = RESULTS / "benchmarks"
+BENCHMARK_TESTS = ["tests/test_benchmarks.py", "tests/test_class_weight_index.py"]
+HARNESS_CRASH_MARKERS = ("Traceback (most recent call last)", "Error executing job with overrides")
+
+nox.options.envdir = str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "torch-error-cases" / "nox")
+nox.options.sessions = ["matrix"]
+
+
+@nox.session(reuse_venv=True)
+@nox.parametrize("torch", TORCH_VERSIONS)
+def matrix(session: nox.Session, torch: str) -> None:
+    """Run every case on CPU and the benchmarks under one torch release, in its own venv."""
+    out = RESULTS / "matrix" / DEVICE / f"torch-{torch}"
+    venv = session.virtualenv
+    cost: dict = {"torch_requested": torch, "device": DEVICE, "venv": venv.location, "venv_reused": bool(getattr(venv, "_reused", False))}
+
+    started = time.perf_counter()
+    session.install("--no-cache-dir", f"torch=={torch}", "-e", ".[test]")
+    cost["install_s"] = round(time.perf_counter() - started, 1)  # about 0 where -R skipped the install
+    installed = session.run("python", "-c", "import torch; print(torch.__version__)", silent=True).strip().splitlines()[-1]
+    cost["torch_installed"] = installed
+    if installed.split("+")[0] != torch:
+        session.error(f"asked for torch=={torch}, the venv has torch {installed}")
+    cost["venv_bytes"] = _disk_usage(Path(venv.location))
+    session.log(f"torch {installed}: install {cost['install_s']} s, venv {cost['venv_bytes'] / 2**30:.2f} GiB")
+
+    shutil.rmtree(out, ignore_errors=True)  # the records of this run only
+    out.mkdir(parents=True)
+    cost["source_digest"] = _source_digest()  # the harness, cases and configs this run used (the tree may be dirty)
+    command = ["python", "-m", "harness", "-m", "case=glob(*)", f"device={DEVICE}"]
+    command += [f"hydra.sweep.dir={out}", "hydra.sweep.subdir=${case.name}", *session.posargs]  # one folder per case
+    started = time.perf_counter()
+    code, output = _run_tee(session, command, out / "harness.log")
+    cost["harness_s"] = round(time.perf_counter() - started, 1)
+    cost["harness_exit"] = code
+    problems = _harness_problems(code, output, out)
+    cost["not_ok"] = _phases_not_ok(out)
+    cost["harness_problems"] = problems
+    if problems:
+        _write_cost(out, cost)
+        session.error(f"the harness broke under torch {installed}: " + "; ".join(problems))
+
+    started, saved_after = time.perf_counter(), time.time()
+    save = f"torch-{torch}"
+    pytest = ["python", "-m", "pytest", *BENCHMARK_TESTS, "--benchmark-only", f"--benchmark-save={save}"]
+    pytest_exit = _run_tee(session, [*pytest, f"--benchmark-storage=file://{BENCHMARKS}", "-p", "no:cacheprovider"], None)[0]
+    cost["benchmark_s"] = round(time.perf_counter() - started, 1)
+    cost["pytest_exit"] = pytest_exit
+    saves = []
+    for machine in sorted(BENCHMARKS.iterdir()) if BENCHMARKS.is_dir() else []:  # pytest-benchmark's machine-id folders
+        *older, newest = sorted(machine.glob(f"[0-9][0-9][0-9][0-9]_{save}.json")) or [None]
+        for path in older:  # one save per torch version and machine id: the newest
+            path.unlink()
+        saves += [newest] if newest else []
+    saves = [path for path in saves if path.stat().st_mtime >= saved_after - 1]  # this run's
+    cost["benchmark_file"] = str(saves[0]) if saves else None
+    _write_cost(out, cost)
+
+    summary = f"torch {installed}: harness exit {code} in {cost['harness_s']} s, pytest exit {pytest_exit} in {cost['benchmark_s']} s"
+    for miss in cost["not_ok"]:
+        summary += f"\n  not ok: {miss['case']} {miss['phase']} {miss['status']}: {miss['message'][:200]}"
+    session.log(summary)
+    if pytest_exit not in (0, 1):  # 1: a test failed, a result; 2 and up: pytest could not run them
+        session.error(f"pytest could not run the benchmarks (exit {pytest_exit})")
+    if not saves:
+        session.error(f"pytest-benchmark saved no {save} under {BENCHMARKS}")
+
+
+def _run_tee(session: nox.Session, args: list[str], log: Path | None) -> tuple[int, str]:
+    """Run in the session's venv, printing as it goes (and into `log`); returns the exit code and the output."""
+    env = {**os.environ, **{k: v for k, v in session.env.items() if v is not None}, "PYTHONUNBUFFERED": "1"}
+    env["PATH"] = os.pathsep.join([*(session.bin_paths or []), env.get("PATH", "")])
+    for key in (k for k, v in session.env.items() if v is None):
+        env.pop(key, None)
+    session.log(" ".join(args))
+    lines = []
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=env, cwd=ROOT) as child:
+        assert child.stdout is not None
+        with open(log, "w") if log else open(os.devnull, "w") as copy:
+            for line in child.stdout:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+                copy.write(line)
+                lines.append(line)
+    return child.returncode, "".join(lines)
+
+
+def _harness_problems(code: int, output: str, out: Path) -> list[str]:
+    """Why this run says nothing about the cases (empty when it ran them all), as opposed to a phase missing its expectation."""
+    problems = []
+    if code not in (0, 1):
+        problems.append(f"exit code {code}" + (" (a bad command line)" if code == 2 else " (device missing)" if code == 3 else ""))
+    for marker in HARNESS_CRASH_MARKERS:
+        if marker in output:
+            problems.append(f"its output has {marker!r}")
+    for case in sorted(path.stem for path in (ROOT / "conf" / "case").glob("*.yaml")):
+        record = out / case / f"{case}.{DEVICE}.json"
+        if not record.is_file():
+            problems.append(f"no record for {case}")
+        elif json.loads(record.read_text()).get("finished_at") is None:
+            problems.append(f"the record of {case} was cut short")
+    return problems
+
+
+def _phases_not_ok(out: Path) -> list[dict]:
+    missed = []
+    for record_path in sorted(out.glob(f"*/*.{DEVICE}.json")):
+        record = json.loads(record_path.read_text())
+        for phase in record["phases"]:
+            if not phase["ok"]:
+                message = re.sub(r"\s+", " ", phase["message"])
+                missed.append({"case": record["case"], "phase": phase["phase"], "status": phase["status"], "message": message})
+    return missed
+
+
+def _source_digest() -> str:
+    digest = hashlib.sha256()
+    harness = [path for path in ROOT.glob("harness/*.py") if path.name != "matrix.py"]  # matrix.py only reads records
+    for path in sorted([*harness, *ROOT.glob("cases/*.py"), *ROOT.glob("conf/**/*.yaml"), ROOT / "pyproject.toml"]):
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _disk_usage(path: Path) -> int:
+    du = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True, check=True)
+    return int(du.stdout.split()[0]) * 1024
+
+
+def _write_cost(out: Path, cost: dict) -> None:
+    (out / "session.json").write_text(json.dumps(cost, indent=2) + "\n")
