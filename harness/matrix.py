@@ -26,6 +26,16 @@ from packaging.version import Version
 
 EXPECTATIONS = Path(__file__).resolve().parent.parent / "expectations.yaml"
 EVERY_BAD_FIX = "bad_fix:*"
+DOC_HEADER = """# The regression matrix
+
+Generated from the records in `results/matrix` by `python -m harness.matrix table results/matrix > docs/matrix.md`;
+`python -m harness.matrix check results/matrix` compares them with `expectations.yaml`. Each cell: the
+reproduce outcome, the speed ratio of the fix against its baseline, and the bad fixes rejected; fix and
+correct passed unless the cell says otherwise. Records come from `nox -s matrix` (docs/matrix_cost.md for
+its time and disk cost). Torch 2.13.0 is the local CPU wheel; the others are the registry's CUDA builds,
+run on the CPU. No GPU records yet.
+
+"""
 
 
 @dataclass(frozen=True)
@@ -159,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no harness records under {args.records}", file=sys.stderr)
         return 2
     if args.command == "table":
-        print(table(records))
+        print(DOC_HEADER + table(records), end="")
         return 0
     found = drifts(records, yaml.safe_load(args.expectations.read_text()))
     for line in found:

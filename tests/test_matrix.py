@@ -1,9 +1,11 @@
 """The drift check and the table over result records (synthetic records here; the committed matrix in test_committed_matrix)."""
 
 import json
+import shutil
 
 import pytest
 
+from harness.cases import ROOT
 from harness.matrix import drifts, load_records, main, table
 
 EXPECTATIONS = {
@@ -84,3 +86,25 @@ def test_table_shows_each_version_and_where_behaviour_changed(matrix):
 def test_bad_arguments_are_refused(tmp_path):
     assert main(["check", str(tmp_path / "missing")]) == 2
     assert main(["table", str(tmp_path)]) == 2
+
+
+COMMITTED = ROOT / "results" / "matrix"
+
+
+@pytest.mark.skipif(not COMMITTED.is_dir(), reason="no committed matrix records")
+def test_committed_matrix_matches_expectations_and_the_doc(capsys):
+    assert main(["check", str(COMMITTED)]) == 0
+    capsys.readouterr()
+    assert main(["table", str(COMMITTED)]) == 0
+    assert capsys.readouterr().out == (ROOT / "docs" / "matrix.md").read_text(), "regenerate docs/matrix.md"
+
+
+@pytest.mark.skipif(not COMMITTED.is_dir(), reason="no committed matrix records")
+def test_altering_a_committed_record_is_caught(tmp_path):
+    copy = tmp_path / "matrix"
+    shutil.copytree(COMMITTED, copy)
+    record = next(copy.rglob("embedding_oob.cpu.json"))
+    data = json.loads(record.read_text())
+    next(phase for phase in data["phases"] if phase["phase"] == "correct")["status"] = "mismatch"
+    record.write_text(json.dumps(data))
+    assert main(["check", str(copy)]) == 1
