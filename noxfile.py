@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 import nox
+from packaging.version import Version
 
 # From the oldest release the harness supports (pyproject: torch>=2.3) to the newest on the registry.
 TORCH_VERSIONS = ["2.3.1", "2.4.1", "2.6.0", "2.9.1", "2.11.0", "2.13.0", "2.15.0"]
@@ -181,3 +182,28 @@ def _disk_usage(path: Path) -> int:
 
 def _write_cost(out: Path, cost: dict) -> None:
     (out / "session.json").write_text(json.dumps(cost, indent=2) + "\n")
+
+
+# autocast_device's upstream tier: the real speechbrain Brain, per release, with a torch it imports
+# with (docs/autocast_device_versions.md: 1.0.3 does not import with torchaudio >= 2.11).
+SPEECHBRAIN_MATRIX = [
+    ("2.3.1", "1.0.3"),
+    ("2.3.1", "1.1.0"),
+    ("2.4.1", "1.0.3"),
+    ("2.4.1", "1.1.0"),
+    ("2.4.1", "1.1.2"),
+    ("2.11.0", "1.1.2"),
+]
+
+
+@nox.session(reuse_venv=True)
+@nox.parametrize(("torch", "speechbrain"), SPEECHBRAIN_MATRIX)
+def speechbrain(session: nox.Session, torch: str, speechbrain: str) -> None:
+    """tests/test_autocast_device.py with speechbrain importable: its upstream tier runs instead of skipping."""
+    numpy = ["numpy<2"] if Version(torch) < Version("2.5") else []  # torchaudio 2.3/2.4 were built against numpy 1
+    session.install("--no-cache-dir", f"torch=={torch}", f"torchaudio=={torch}", f"speechbrain=={speechbrain}", *numpy, "-e", ".[test]")
+    out = RESULTS / "speechbrain" / f"torch-{torch}-speechbrain-{speechbrain}.xml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    code = _run_tee(session, ["python", "-m", "pytest", "tests/test_autocast_device.py", "-q", "-rs", f"--junitxml={out}", "-p", "no:cacheprovider"], None)[0]
+    if code != 0:
+        session.error(f"speechbrain {speechbrain} with torch {torch}: pytest exit {code}")
