@@ -119,11 +119,18 @@ def _console() -> Console:
 _LAUNCHER_PLUGINS = {"local_parallel": "hydra_joblib_launcher", "joblib": "hydra_joblib_launcher", "slurm": "hydra_submitit_launcher"}
 
 
+def launcher_installed(plugin: str) -> bool:
+    try:
+        return importlib.util.find_spec(f"hydra_plugins.{plugin}") is not None
+    except ModuleNotFoundError:  # no Hydra plugin at all: not even the hydra_plugins namespace
+        return False
+
+
 def _hint_at_missing_launchers() -> None:
     for arg in sys.argv[1:]:
         name = arg.partition("hydra/launcher=")[2]
         plugin = _LAUNCHER_PLUGINS.get(name) or ("hydra_submitit_launcher" if name.startswith("submitit") else None)
-        if plugin and importlib.util.find_spec(f"hydra_plugins.{plugin}") is None:
+        if plugin and not launcher_installed(plugin):
             print(f"hint: hydra/launcher={name} needs the launchers: pip install -e '.[scale]'", file=sys.stderr)
 
 

@@ -4,7 +4,6 @@ The launchers are an optional extra (`pip install -e '.[scale]'`): tests that ne
 SLURM itself is not run here; its config is composed and rendered into the sbatch script it would submit.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,14 +14,14 @@ from hydra import compose, initialize_config_dir
 from rich.console import Console
 
 from harness.cases import ROOT, case_names
-from harness.cli import EXIT_NO_DEVICE
+from harness.cli import EXIT_NO_DEVICE, launcher_installed
 from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, JOB_STATUS, SWEEP_TOKEN, report_sweep, sweep_jobs
 from harness.records import CaseRecord, PhaseRecord, write_record
 from harness.report import load_record
 from tests.conftest import CUDA_AVAILABLE
 
-HAS_JOBLIB = importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is not None
-HAS_SUBMITIT = importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None
+HAS_JOBLIB = launcher_installed("hydra_joblib_launcher")
+HAS_SUBMITIT = launcher_installed("hydra_submitit_launcher")
 needs_joblib = pytest.mark.skipif(not HAS_JOBLIB, reason="hydra-joblib-launcher not installed: pip install -e '.[scale]'")
 needs_submitit = pytest.mark.skipif(not HAS_SUBMITIT, reason="hydra-submitit-launcher not installed: pip install -e '.[scale]'")
 
