@@ -31,7 +31,7 @@ from harness.cases import load_case
 from harness.compare import compare, describe
 from harness.isolate import ChildResult, Failure, run_isolated
 from harness.records import PhaseRecord
-from harness.timing import synchronize, time_pair
+from harness.timing import steady_cpu_allocator, synchronize, time_pair
 
 PHASES = ("reproduce", "fix", "correct", "speed", "bad_fixes")
 FIXED = "fixed"
@@ -177,15 +177,17 @@ def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
 def _speed_in_child(cfg: DictConfig, settings: Settings) -> tuple[dict | None, Failure | None]:
     case = load_case(cfg.name)
     speed_cfg = OmegaConf.merge(cfg, OmegaConf.select(cfg, "speed.inputs") or {})
+    steady_allocator = False
     if settings.device == "cpu":
         torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
+        steady_allocator = steady_cpu_allocator()
     inputs = case.make_inputs(speed_cfg, settings.device)
     candidate = getattr(case, "speed_candidate", case.fixed)
     try:
         figures = time_pair(candidate, case.speed_baseline, inputs, device=settings.device, warmup=settings.warmup, repeats=settings.repeats)
     except Exception as error:  # noqa: BLE001
         return None, Failure.from_exception(error)
-    return {**figures, "cpu_threads": torch.get_num_threads()}, None
+    return {**figures, "cpu_threads": torch.get_num_threads(), "steady_allocator": steady_allocator}, None
 
 
 # -- bad fixes -----------------------------------------------------------------------------

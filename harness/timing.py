@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import statistics
 import time
 from typing import Any, Callable
@@ -9,6 +10,23 @@ from typing import Any, Callable
 import torch
 
 MIN_SAMPLE_S = 0.02  # a sample loops the function until it lasts at least this long
+
+
+def steady_cpu_allocator() -> bool:
+    """Pin glibc's allocator for CPU timing: large blocks from the heap, freed memory kept.
+
+    By default glibc's mmap threshold moves with the process's history, so whether each call's
+    large output lands on fresh pages (a page fault per 4 KiB) differs from one process to the next
+    and can fall on either side of a comparison: ratios of the same code swung from 1.03x to 1.23x.
+    Pinned, both sides allocate as before but neither pays for fresh pages. False where this is not
+    glibc. Call it in the timing process only, before timing.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        return bool(libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, 1 << 30))
+    except (OSError, AttributeError):
+        return False
 
 
 def synchronize(device: str) -> None:
