@@ -27,8 +27,8 @@ from rich.console import Console
 from harness import sweep
 from harness.cases import ROOT
 from harness.report import print_progress, print_report
-from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, read_token, report_sweep, write_status
 from harness.run import ConfigError, DeviceUnavailable, probe_environment, resolve_device, run_case, validate
+from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, read_token, report_sweep, write_status
 
 EXIT_USAGE, EXIT_NO_DEVICE = 2, 3
 
@@ -50,7 +50,7 @@ def _run_job(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     output_dir = Path(hydra_cfg.runtime.output_dir)
     if hydra_cfg.mode != RunMode.MULTIRUN:
-        _worst_exit = max(_worst_exit, run_from_config(cfg, output_dir))
+        _worst_exit = max(_worst_exit, _run(cfg, output_dir).exit_code)
         return
     status = {
         "sweep": read_token(Path(str(hydra_cfg.sweep.dir))),
@@ -71,7 +71,6 @@ def _run_job(cfg: DictConfig) -> None:
         write_status(output_dir, {**status, "exit_code": EXIT_CHECK_FAILED, "error": f"{type(error).__name__}: {error}"})
         raise
     write_status(output_dir, {**status, "exit_code": outcome.exit_code, "record": outcome.record_name, "error": outcome.error})
-    _worst_exit = max(_worst_exit, outcome.exit_code)
 
 
 @dataclass
@@ -81,12 +80,8 @@ class _Outcome:
     error: str | None = None  # why no case ran (bad config, missing device)
 
 
-def run_from_config(cfg: DictConfig, output_dir: Path, console: Console | None = None) -> int:
-    """Run one configured case and print its report; returns the exit status."""
-    return _run(cfg, output_dir, console).exit_code
-
-
 def _run(cfg: DictConfig, output_dir: Path, console: Console | None = None) -> _Outcome:
+    """Run one configured case and print its report."""
     global _environment
     console = console or _console()
     try:

@@ -61,6 +61,15 @@ def write_record(record: CaseRecord, path: Path) -> None:
     os.replace(partial, path)
 
 
+def load_record(path: Path) -> CaseRecord:
+    """A record back from its JSON file (fields a newer harness added are ignored)."""
+    data = json.loads(Path(path).read_text())
+    phase_fields = {f.name for f in dataclasses.fields(PhaseRecord)}
+    record_fields = {f.name for f in dataclasses.fields(CaseRecord)} - {"phases"}
+    phases = [PhaseRecord(**{k: v for k, v in phase.items() if k in phase_fields}) for phase in data.get("phases", [])]
+    return CaseRecord(**{k: v for k, v in data.items() if k in record_fields}, phases=phases)
+
+
 def host_environment() -> dict[str, Any]:
     """What the parent can tell without touching CUDA; the device part comes from `probe_device`."""
     return {

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Sequence
@@ -67,15 +65,6 @@ def print_report(console: Console, record: CaseRecord, path: Path) -> None:
 def _shorten(message: str) -> str:
     message = " ".join(message.split())
     return message if len(message) <= MAX_DETAIL_CHARS else message[: MAX_DETAIL_CHARS - 1] + "…"
-
-
-def load_record(path: Path) -> CaseRecord:
-    """A record back from its JSON file (fields a newer harness added are ignored)."""
-    data = json.loads(Path(path).read_text())
-    phase_fields = {f.name for f in dataclasses.fields(PhaseRecord)}
-    record_fields = {f.name for f in dataclasses.fields(CaseRecord)} - {"phases"}
-    phases = [PhaseRecord(**{k: v for k, v in phase.items() if k in phase_fields}) for phase in data.get("phases", [])]
-    return CaseRecord(**{k: v for k, v in data.items() if k in record_fields}, phases=phases)
 
 
 def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | None = None) -> None:

@@ -22,8 +22,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from rich.console import Console
 
-from harness.records import CaseRecord
-from harness.report import load_record, print_summary
+from harness.records import CaseRecord, load_record
+from harness.report import print_summary
 
 EXIT_OK, EXIT_CHECK_FAILED = 0, 1
 JOB_STATUS = "exit_status"  # per multirun job, in its output dir: {"sweep", "job", "exit_code", "record", "error", ...}

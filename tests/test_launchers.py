@@ -17,7 +17,7 @@ from harness.cases import ROOT, case_names
 from harness.cli import EXIT_NO_DEVICE, launcher_installed
 from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, JOB_STATUS, SWEEP_TOKEN, report_sweep, sweep_jobs
 from harness.records import CaseRecord, PhaseRecord, write_record
-from harness.report import load_record
+from harness.records import load_record
 from tests.conftest import CUDA_AVAILABLE
 
 HAS_JOBLIB = launcher_installed("hydra_joblib_launcher")
