@@ -80,7 +80,8 @@ def test_default_fault_aborts_the_peer_not_the_odd_rank(no_leftovers):
     # Rank 0 receives rank 1's 8-byte elements into its 4-byte buffer: it is the one that aborts, every time.
     assert figures["native_fault_ranks"] == {"0": "SIGABRT"}
     assert "op.preamble.length <= op.nbytes" in figures["native_error"]
-    assert figures["rank_outcomes"]["1"].startswith("raised RuntimeError")  # its peer vanished
+    # Rank 1 either raises on the lost connection or is stopped by the launcher first: a race.
+    assert figures["rank_outcomes"]["1"].startswith(("raised RuntimeError", "stopped by the launcher"))
     assert "in train" in figures["stack"]
     # Whom the launcher blames is a race on a loaded machine: the aborted rank, or the peer exiting with 1.
     if figures["blamed_rank"] == 0:
