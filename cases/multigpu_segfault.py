@@ -72,7 +72,9 @@ Fix: (1) a setting every rank must share (the precision) comes from the launch, 
 
 from __future__ import annotations
 
+import copy
 import ctypes
+import hashlib
 import os
 import platform
 from collections import Counter
@@ -257,13 +259,14 @@ def native_fault():
 
 
 def preflight(model, device):
-    """Gather every rank's fingerprint; raise PreflightMismatch on every rank if they differ."""
+    """Gather every rank's fingerprint; raise PreflightMismatch on every rank if they differ, else return them."""
     mine = fingerprint(model, device)
     every = [None] * dist.get_world_size()
     dist.all_gather_object(every, mine)  # sizes first, then padded bytes: safe whatever the ranks hold
     problems = disagreements(every)
     if problems:
         raise PreflightMismatch("; ".join(problems))
+    return every
 
 
 def fingerprint(model, device):
@@ -386,7 +389,18 @@ _speed_state = {}
 def speed_candidate(job):
     """The pre-flight: fingerprint, all_gather_object, compare. It runs once per launch."""
     model, _, _, _ = _one_rank(job)
-    preflight(model, torch.device(job.device))
+    return fingerprint_codes(preflight(model, torch.device(job.device)))
+
+
+def speed_reference(job):
+    """What the pre-flight of a 1-rank group must gather: this rank's fingerprint, computed directly."""
+    model, _, _, _ = _one_rank(job)
+    return fingerprint_codes([fingerprint(model, torch.device(job.device))])
+
+
+def fingerprint_codes(every):
+    """The gathered fingerprints as one tensor (the harness compares tensors): a stable hash per rank."""
+    return torch.tensor([int.from_bytes(hashlib.sha256(repr(sorted(fp.items())).encode()).digest()[:7], "big") for fp in every])
 
 
 def speed_baseline(job):
@@ -410,3 +424,17 @@ def _one_rank(job):
         data = (job.features.to(job.device, dtype), job.targets.to(job.device, dtype))
         _speed_state[id(job)] = (model, ddp, torch.optim.SGD(ddp.parameters(), lr=job.lr), data)
     return _speed_state[id(job)]
+
+
+# -- slow fixes: a pre-flight that is right, but costs more than the budget allows ---------
+
+
+def preflight_with_trial_step(job):
+    """Run one throw-away training step on a copy of the model first, "to see that every rank can train", then gather."""
+    model, _, _, (features, targets) = _one_rank(job)
+    trial = DistributedDataParallel(copy.deepcopy(model))
+    F.mse_loss(trial(features), targets).backward()
+    return fingerprint_codes(preflight(model, torch.device(job.device)))
+
+
+slow_fixes = {"preflight_with_trial_step": preflight_with_trial_step}

@@ -7,8 +7,13 @@
     correct    compare `fixed` with `reference`
                passed | mismatch | raised | crashed | timeout | error
     speed      time `speed_candidate` (default `fixed`) against `speed_baseline`, on inputs made
-               from the case config with `speed.inputs` merged over it
-               within_budget | over_budget | measured (no budget for this device) | raised | crashed | timeout | error
+               from the case config with `speed.inputs` merged over it, in several child processes; the
+               ratio's confidence interval against the budget (harness.timing)
+               within_budget | over_budget | inconclusive (ok, shown apart) | measured (no budget for this device)
+               | raised | crashed | timeout | error
+    slow_fixes one record per slow fix, phase "slow_fix:<name>": a correct but slower fix, timed as `speed`
+               times the fix; the speed verdict must catch it
+               flagged (correct and over budget) | missed | no_budget | crashed | timeout | error
     bad_fixes  one record per bad fix, phase "bad_fix:<name>"; each must be rejected
                rejected (it raised, crashed, or differs from the reference) | accepted | timeout | error
 
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, Iterator
@@ -31,18 +37,30 @@ from harness.cases import load_case
 from harness.compare import compare, describe
 from harness.isolate import ChildResult, Failure, run_isolated
 from harness.records import PhaseRecord
-from harness.timing import steady_cpu_allocator, synchronize, time_pair
+from harness.timing import PairedSamples, estimate_ratio, judge, paired_samples, steady_cpu_allocator, synchronize
 
-PHASES = ("reproduce", "fix", "correct", "speed", "bad_fixes")
+PHASES = ("reproduce", "fix", "correct", "speed", "slow_fixes", "bad_fixes")
 FIXED = "fixed"
+SPEED_CANDIDATE = "speed_candidate"
+SLOW_FIX = "slow_fix:"
+
+
+@dataclass(frozen=True)
+class SpeedSettings:
+    warmup: int = 2  # pairs run untimed first, in each process
+    pairs: int = 4  # interleaved candidate/baseline samples per process, at least...
+    process_s: float = 0.5  # ...and more until they have taken this long
+    min_processes: int = 2
+    max_processes: int = 12
+    max_s: float = 20.0  # past this, a verdict still undecided is inconclusive
+    level: float = 0.95  # of the ratio's confidence interval
 
 
 @dataclass(frozen=True)
 class Settings:
     device: str
     timeout_s: float
-    warmup: int
-    repeats: int
+    speed: SpeedSettings = SpeedSettings()
     cpu_threads: int = 1
 
 
@@ -51,8 +69,13 @@ def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings)
     if phase == "bad_fixes":
         for name in case.bad_fixes:
             yield bad_fix(name, case, cfg, settings)
+    elif phase == "slow_fixes":
+        for name in getattr(case, "slow_fixes", {}):
+            yield slow_fix(name, case, cfg, settings)
+    elif phase == "speed":
+        yield from speed(case, cfg, settings)
     else:
-        yield {"reproduce": reproduce, "fix": fix, "correct": correct, "speed": speed}[phase](case, cfg, settings)
+        yield {"reproduce": reproduce, "fix": fix, "correct": correct}[phase](case, cfg, settings)
 
 
 # -- reproduce -----------------------------------------------------------------------------
@@ -142,13 +165,18 @@ def correct(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecor
 
 
 def _compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dict | None, Failure | None]:
-    """Compare `fixed` (candidate FIXED) or the bad fix named `candidate` with the reference."""
+    """Compare `candidate` (FIXED, a bad fix's name, or a slow fix) with the reference.
+
+    A slow fix stands in for the timed part of the fix, so where a case times only part of it
+    (`speed_candidate`), the slow fix is compared with `speed_reference`, that part's reference.
+    """
     case = load_case(cfg.name)
     inputs = case.make_inputs(cfg, device)
-    got, failure = _call(case.fixed if candidate == FIXED else case.bad_fixes[candidate], inputs, device)
+    got, failure = _call(_function(case, candidate), inputs, device)
     if failure is not None:
         return None, failure
-    want, failure = _call(case.reference, inputs, device)
+    partial = candidate.startswith(SLOW_FIX) and hasattr(case, SPEED_CANDIDATE)
+    want, failure = _call(case.speed_reference if partial else case.reference, inputs, device)
     if failure is not None:
         raise RuntimeError(f"the reference itself failed: {failure.headline}")
     return compare(got, want, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol), None
@@ -157,37 +185,98 @@ def _compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dic
 # -- speed ---------------------------------------------------------------------------------
 
 
-def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    result = run_isolated(_speed_in_child, cfg, settings, timeout_s=settings.timeout_s)
-    if result.status != "returned":
-        return _abnormal("speed", result)
-    figures, failure = result.value
-    if failure is not None:
-        return _record("speed", "raised", False, failure.headline, result)
-    budget = OmegaConf.select(cfg, f"speed.budget.{settings.device}")
-    summary = f"{figures['ratio']:.3f}x ({figures['candidate_s'] * 1e3:.3f} ms vs {figures['baseline_s'] * 1e3:.3f} ms)"
-    if budget is None:
-        return _record("speed", "measured", True, summary + ", no budget on " + settings.device, result, figures)
-    figures["budget"] = budget
-    if figures["ratio"] <= budget:
-        return _record("speed", "within_budget", True, f"{summary}, budget {budget}x", result, figures)
-    return _record("speed", "over_budget", False, f"{summary}, over budget {budget}x", result, figures)
+def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
+    """The fix against `speed_baseline`; then, as phase "speed:<name>", each comparison in the yaml's
+    `speed.also`: the fix against the case function `baseline` names, on inputs with `inputs` merged over."""
+    yield _timed("speed", SPEED_CANDIDATE, cfg, settings)[0]
+    for name, also in (OmegaConf.select(cfg, "speed.also") or {}).items():
+        budget = OmegaConf.select(also, f"budget.{settings.device}")
+        yield _timed(f"speed:{name}", SPEED_CANDIDATE, cfg, settings, baseline=also.baseline, inputs=also.get("inputs"), budget=budget)[0]
 
 
-def _speed_in_child(cfg: DictConfig, settings: Settings) -> tuple[dict | None, Failure | None]:
+def _timed(
+    phase: str, candidate: str, cfg: DictConfig, settings: Settings, *, baseline: str = "speed_baseline", inputs: Any = None, budget: Any = "case"
+) -> tuple[PhaseRecord, str]:
+    """Time `candidate` against `baseline` (case functions by name), one child process after another.
+
+    Each child takes `pairs` interleaved pairs on inputs of its own; after each child (from
+    `min_processes` on) the ratio's interval is compared with the budget: decisive, it stops;
+    straddling it, another child runs, until `max_s` or `max_processes`, then the verdict is
+    inconclusive. With no budget on this device, `min_processes` children are measured and reported.
+    Returns the record and the verdict (the status of a successful measurement).
+    """
+    if budget == "case":
+        budget = OmegaConf.select(cfg, f"speed.budget.{settings.device}")
+    timing = settings.speed
+    started = time.monotonic()
+    processes: list[PairedSamples] = []
+    while True:
+        result = run_isolated(_speed_in_child, candidate, baseline, inputs, cfg, settings, timeout_s=settings.timeout_s)
+        if result.status != "returned":
+            return _abnormal(phase, result), ""
+        samples, failure = result.value
+        if failure is not None:
+            return _record(phase, "raised", False, failure.headline, result), "raised"
+        processes.append(samples)
+        if len(processes) < timing.min_processes:
+            continue
+        estimate = estimate_ratio(processes, timing.level)
+        verdict = judge(estimate, budget) if budget is not None else "measured"
+        if verdict is None and (len(processes) >= timing.max_processes or time.monotonic() - started >= timing.max_s):
+            verdict = "inconclusive"
+        if verdict is not None:
+            break
+    figures = {**estimate.figures(), "budget": budget, "calls_per_sample": samples.calls_per_sample, "seconds": round(time.monotonic() - started, 2)}
+    interval = f"{estimate.ratio:.3f}x [{estimate.ratio_low:.3f}, {estimate.ratio_high:.3f}] ({estimate.level:.0%}, {estimate.samples} pairs in {estimate.processes} processes)"
+    times = f"{estimate.candidate_s * 1e3:.3f} ms vs {estimate.baseline_s * 1e3:.3f} ms"
+    message = {
+        "measured": f"{interval}, {times}; no budget on {settings.device}",
+        "within_budget": f"{interval}, {times}; within budget {budget}x",
+        "over_budget": f"{interval}, {times}; over budget {budget}x",
+        "inconclusive": f"{interval}, {times}; the interval still straddles the budget {budget}x after {figures['seconds']} s",
+    }[verdict]
+    ok = verdict != "over_budget"  # inconclusive is no failure, but reports show it apart
+    return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output), verdict
+
+
+def _speed_in_child(candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings) -> tuple[PairedSamples | None, Failure | None]:
     case = load_case(cfg.name)
-    speed_cfg = OmegaConf.merge(cfg, OmegaConf.select(cfg, "speed.inputs") or {})
-    steady_allocator = False
+    speed_cfg = OmegaConf.merge(cfg, OmegaConf.select(cfg, "speed.inputs") or {}, inputs or {})
     if settings.device == "cpu":
         torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
-        steady_allocator = steady_cpu_allocator()
-    inputs = case.make_inputs(speed_cfg, settings.device)
-    candidate = getattr(case, "speed_candidate", case.fixed)
+        steady_cpu_allocator()
     try:
-        figures = time_pair(candidate, case.speed_baseline, inputs, device=settings.device, warmup=settings.warmup, repeats=settings.repeats)
+        inputs = case.make_inputs(speed_cfg, settings.device)
+        samples = paired_samples(
+            _function(case, candidate), getattr(case, baseline), inputs, device=settings.device, warmup=settings.speed.warmup, pairs=settings.speed.pairs,
+            min_s=settings.speed.process_s,
+        )
     except Exception as error:  # noqa: BLE001
         return None, Failure.from_exception(error)
-    return {**figures, "cpu_threads": torch.get_num_threads(), "steady_allocator": steady_allocator}, None
+    return samples, None
+
+
+# -- slow fixes: controls that show the speed phase can fail ------------------------------
+
+
+def slow_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    """A correct but slower fix must be flagged by the speed verdict: `flagged`, else `missed`."""
+    phase = f"{SLOW_FIX}{name}"
+    budget = OmegaConf.select(cfg, f"speed.budget.{settings.device}")
+    if budget is None:
+        return PhaseRecord(phase, "no_budget", True, f"no speed budget on {settings.device}: nothing to flag", {}, 0.0, "")
+    checked = run_isolated(_compare_in_child, phase, cfg, settings.device, timeout_s=settings.timeout_s)
+    if checked.status != "returned":
+        return _abnormal(phase, checked)
+    figures, failure = checked.value
+    if failure is not None:
+        return _record(phase, "missed", False, f"the control is broken: it raises {failure.headline}", checked)
+    if not figures["match"]:
+        return _record(phase, "missed", False, "the control is broken: it differs from the reference: " + _difference(figures), checked, figures)
+    timed, verdict = _timed(phase, phase, cfg, settings)
+    if verdict == "over_budget":
+        return PhaseRecord(phase, "flagged", True, "correct, and flagged: " + timed.message, timed.figures, timed.seconds + checked.seconds, timed.output_tail)
+    return PhaseRecord(phase, "missed", False, f"correct but not flagged ({verdict}): " + timed.message, timed.figures, timed.seconds + checked.seconds, timed.output_tail)
 
 
 # -- bad fixes -----------------------------------------------------------------------------
@@ -209,6 +298,18 @@ def bad_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) ->
 
 
 # -- shared --------------------------------------------------------------------------------
+
+
+def _function(case: ModuleType, name: str) -> Callable[[Any], Any]:
+    """The case function a phase runs: FIXED, SPEED_CANDIDATE (default `fixed`), "slow_fix:<name>", or a bad fix's name."""
+    if name == FIXED:
+        return case.fixed
+    if name == SPEED_CANDIDATE:
+        return getattr(case, SPEED_CANDIDATE, case.fixed)
+    if name.startswith(SLOW_FIX):
+        return case.slow_fixes[name.removeprefix(SLOW_FIX)]
+    return case.bad_fixes[name]
+
 
 
 def _call(function: Callable, inputs: Any, device: str, *, synchronise: bool = True) -> tuple[Any, Failure | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
@@ -9,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import case_names, case_text, load_case
 from harness.isolate import preload, run_isolated
-from harness.phases import PHASES, Settings, run_phase
+from harness.phases import PHASES, Settings, SpeedSettings, run_phase
 from harness.records import CaseRecord, PhaseRecord, host_environment, now, probe_device, write_record
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
@@ -35,17 +36,29 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"unknown phase {', '.join(map(str, unknown))}: choose from {', '.join(PHASES)}")
     if not cfg.timeout_s > 0:
         raise ConfigError(f"timeout_s={cfg.timeout_s}: must be positive")
-    if not (cfg.speed.repeats >= 1 and cfg.speed.warmup >= 0 and cfg.speed.cpu_threads >= 1):
+    speed = speed_settings(cfg)
+    if not (speed.pairs >= 2 and speed.warmup >= 0 and 2 <= speed.min_processes <= speed.max_processes and speed.max_s > 0 and speed.process_s >= 0 and 0 < speed.level < 1):
         raise ConfigError(
-            f"speed.repeats={cfg.speed.repeats}, speed.warmup={cfg.speed.warmup}, speed.cpu_threads={cfg.speed.cpu_threads}: "
-            "need repeats >= 1, warmup >= 0, cpu_threads >= 1"
+            f"speed: pairs={speed.pairs}, warmup={speed.warmup}, min_processes={speed.min_processes}, max_processes={speed.max_processes}, "
+            f"max_s={speed.max_s}, process_s={speed.process_s}, level={speed.level}: need pairs >= 2, warmup >= 0, "
+            "2 <= min_processes <= max_processes, max_s > 0, process_s >= 0, 0 < level < 1"
         )
+    if not cfg.speed.cpu_threads >= 1:
+        raise ConfigError(f"speed.cpu_threads={cfg.speed.cpu_threads}: need at least 1")
     if cfg.case.name not in case_names():
         raise ConfigError(f"case yaml names {cfg.case.name!r}, but cases/ has no such module ({', '.join(case_names())})")
     for scope in ("sizes", "speed.inputs.sizes"):
         for key, value in (OmegaConf.select(cfg.case, scope) or {}).items():
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"case.{scope}.{key}={value}: sizes must be positive integers")
+
+
+def speed_settings(cfg: DictConfig) -> SpeedSettings:
+    """The timing settings: conf/config.yaml's `speed`, with any the case yaml's `speed` sets over them."""
+    names = [f.name for f in dataclasses.fields(SpeedSettings)]
+    merged = {name: cfg.speed[name] for name in names if name in cfg.speed}
+    merged.update({name: cfg.case.speed[name] for name in names if name in (OmegaConf.select(cfg, "case.speed") or {})})
+    return SpeedSettings(**merged)
 
 
 def resolve_device(requested: str, probe: dict[str, Any]) -> str:
@@ -84,7 +97,7 @@ def run_case(
     validate(cfg)
     preload_cases()
     case = load_case(cfg.case.name)
-    settings = Settings(device=device, timeout_s=float(cfg.timeout_s), warmup=int(cfg.speed.warmup), repeats=int(cfg.speed.repeats), cpu_threads=int(cfg.speed.cpu_threads))
+    settings = Settings(device=device, timeout_s=float(cfg.timeout_s), speed=speed_settings(cfg), cpu_threads=int(cfg.speed.cpu_threads))
     record = CaseRecord(
         case=cfg.case.name,
         title=case_text(case).title,

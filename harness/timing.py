@@ -1,15 +1,25 @@
-"""Time a candidate against a baseline on one device, interleaved, median of repeats."""
+"""Time a candidate against a baseline, and estimate their ratio with a confidence interval.
+
+One process takes interleaved pairs of samples (`paired_samples`); the speed phase runs several
+such processes, because a process's memory layout and allocator state can bias all of its pairs
+the same way. `estimate_ratio` pools them: each process contributes the median of its paired
+log-ratios, and the interval is Student's t over those per-process medians, so the spread between
+processes, not only within one, sets its width.
+"""
 
 from __future__ import annotations
 
 import ctypes
+import math
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 MIN_SAMPLE_S = 0.02  # a sample loops the function until it lasts at least this long
+METHOD = "Student t over per-process medians of paired log-ratios"
 
 
 def steady_cpu_allocator() -> bool:
@@ -34,20 +44,60 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_pair(
+@dataclass(frozen=True)
+class PairedSamples:
+    """One process's samples: seconds per call, candidate and baseline taken back to back."""
+
+    candidate_s: list[float]
+    baseline_s: list[float]
+    calls_per_sample: int
+
+    @property
+    def log_ratios(self) -> list[float]:
+        return [math.log(c / b) for c, b in zip(self.candidate_s, self.baseline_s)]
+
+
+@dataclass(frozen=True)
+class RatioEstimate:
+    ratio: float  # candidate / baseline: the geometric mean over processes of each one's median paired ratio
+    ratio_low: float
+    ratio_high: float
+    level: float
+    samples: int  # pairs over all processes
+    processes: int
+    candidate_s: float  # median seconds per call, all processes pooled
+    baseline_s: float
+    process_ratios: tuple[float, ...]  # each process's median paired ratio
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "ratio": self.ratio,
+            "ratio_low": self.ratio_low,
+            "ratio_high": self.ratio_high,
+            "level": self.level,
+            "method": METHOD,
+            "samples": self.samples,
+            "processes": self.processes,
+            "candidate_s": self.candidate_s,
+            "baseline_s": self.baseline_s,
+            "process_ratios": [round(r, 4) for r in self.process_ratios],
+        }
+
+
+def paired_samples(
     candidate: Callable[[Any], Any],
     baseline: Callable[[Any], Any],
     inputs: Any,
     *,
     device: str,
     warmup: int,
-    repeats: int,
-) -> dict[str, float]:
-    """Median seconds per call of each, and the median of the paired ratios (candidate / baseline).
+    pairs: int,
+    min_s: float = 0.0,
+) -> PairedSamples:
+    """At least `pairs` samples of each, back to back, alternating which goes first, and more until
+    the samples have taken `min_s` seconds.
 
-    Each repeat times the candidate and the baseline back to back, alternating
-    which goes first, and the ratio is taken within the pair: load from other
-    processes, clock drift and cache state fall on both sides of each ratio. On
+    Load from other processes, clock drift and cache state fall on both sides of each pair. On
     CUDA each sample is bounded by events and synchronised; on CPU by `perf_counter`.
     """
     for _ in range(warmup):
@@ -57,17 +107,84 @@ def time_pair(
     calls = max(1, _calls_per_sample(baseline, inputs, device))
     candidate_s: list[float] = []
     baseline_s: list[float] = []
-    for repeat in range(repeats):
-        order = [(candidate, candidate_s), (baseline, baseline_s)]
-        for function, samples in order if repeat % 2 == 0 else reversed(order):
+    order = [(candidate, candidate_s), (baseline, baseline_s)]
+    while len(candidate_s) < pairs or sum(candidate_s) + sum(baseline_s) < min_s / calls:
+        for function, samples in order if len(candidate_s) % 2 == 0 else reversed(order):
             samples.append(_sample(function, inputs, device, calls))
-    return {
-        "candidate_s": statistics.median(candidate_s),
-        "baseline_s": statistics.median(baseline_s),
-        "ratio": statistics.median(c / b for c, b in zip(candidate_s, baseline_s)),
-        "calls_per_sample": calls,
-        "repeats": repeats,
-    }
+    return PairedSamples(candidate_s, baseline_s, calls)
+
+
+def estimate_ratio(processes: list[PairedSamples], level: float) -> RatioEstimate:
+    """The ratio and its `level` confidence interval; a single process gives an interval of (0, inf)."""
+    medians = [statistics.median(p.log_ratios) for p in processes]
+    centre = statistics.fmean(medians)
+    if len(medians) > 1:
+        half_width = student_t_quantile(0.5 + level / 2, len(medians) - 1) * statistics.stdev(medians) / math.sqrt(len(medians))
+        low, high = math.exp(centre - half_width), math.exp(centre + half_width)
+    else:
+        low, high = 0.0, math.inf
+    return RatioEstimate(
+        ratio=math.exp(centre),
+        ratio_low=low,
+        ratio_high=high,
+        level=level,
+        samples=sum(len(p.candidate_s) for p in processes),
+        processes=len(processes),
+        candidate_s=statistics.median(s for p in processes for s in p.candidate_s),
+        baseline_s=statistics.median(s for p in processes for s in p.baseline_s),
+        process_ratios=tuple(math.exp(m) for m in medians),
+    )
+
+
+def judge(estimate: RatioEstimate, budget: float) -> str | None:
+    """within_budget or over_budget once the interval is on one side of the budget; None while it straddles it."""
+    if estimate.ratio_high <= budget:
+        return "within_budget"
+    if estimate.ratio_low > budget:
+        return "over_budget"
+    return None
+
+
+def student_t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t with `df` degrees of freedom (bisection on its CDF)."""
+    low, high = -1e3, 1e3
+    for _ in range(200):
+        middle = (low + high) / 2
+        if _student_t_cdf(middle, df) < p:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def _student_t_cdf(t: float, df: int) -> float:
+    tail = 0.5 * _regularized_incomplete_beta(df / 2, 0.5, df / (df + t * t))
+    return 1 - tail if t > 0 else tail
+
+
+def _regularized_incomplete_beta(a: float, b: float, x: float) -> float:
+    """I_x(a, b) by its continued fraction (Lentz's method), as in Numerical Recipes' betai."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(1 - x)
+    if x > (a + 1) / (a + b + 2):
+        return 1 - _regularized_incomplete_beta(b, a, 1 - x)
+    tiny = 1e-300
+    c, d = 1.0, 1 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)), -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1 + numerator * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1) < 1e-15:
+            break
+    return math.exp(log_front) * fraction / a
 
 
 def _calls_per_sample(function: Callable[[Any], Any], inputs: Any, device: str) -> int:
