@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.cases import Symptom
+from harness.triage import Sign, TriageSigns
 
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 DTYPES = tuple(PRECISIONS.values())  # a dtype in the output is its index here
@@ -54,6 +55,15 @@ symptoms = {  # torch 2.4.0 made autocast accept a device string with an index (
     "cpu": Symptom("RuntimeError", r"unsupported autocast device_type 'cpu:\d+'", fixed_in="2.4.0"),
     "cuda": Symptom("RuntimeError", r"unsupported autocast device_type 'cuda:\d+'", fixed_in="2.4.0"),
 }
+
+# A device string ("cuda:0", "mps") or a non-type handed to torch.autocast where a device type belongs.
+triage_signs = TriageSigns(signs=(
+    Sign("failure", r"unsupported autocast device_type", 0.9, "torch.autocast refused its device_type"),
+    Sign("failure", r"device type at start of device string", 0.35, "a device string that is not a device (e.g. '0' from `device[-1]`)"),
+    Sign("failure", r"has no attribute 'device_type'", 0.35, "an object built without a device type (speechbrain 1.1.0 on cpu:0 / mps / xpu)"),
+    Sign("context", r"autocast_mode\.py.*\bin __init__\b|autocast\(device_type=|with torch\.autocast\(|amp\.autocast_mode\.autocast\(", 0.4, "raised where torch.autocast is built"),
+    Sign("context", r"TorchAutocast|speechbrain/", 0.2, "SpeechBrain's autocast wrapper"),
+))
 
 
 class Inputs(NamedTuple):

@@ -64,6 +64,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from harness.cases import Symptom
+from harness.triage import Sign, TriageSigns
 
 INSTALL = "pip install 'mmsegmentation==1.2.2' 'mmcv-lite>=2.0.0rc4,<2.2.0' 'mmengine>=0.5,<1.0'"
 
@@ -75,6 +76,19 @@ symptoms = {
         output=r"IndexKernel\.cu.*index out of bounds",  # `-sizes[i] <= index && ...` or, in older builds, `index >= -sizes[i] && ...`
     ),
 }
+
+# Advanced indexing past a tensor, claimed here only where a loss looks up class weights or an ignore label is the index.
+triage_signs = TriageSigns(needs_context=True, signs=(
+    Sign("failure", r"IndexKernel\.cu.*index out of bounds", 0.6, "CUDA's advanced-indexing kernel (IndexKernel.cu) asserted an index out of bounds"),
+    Sign("failure", r"index -?\d+ is out of bounds for dimension \d+ with size \d+", 0.6, "the CPU error of advanced indexing past a tensor's size"),
+    Sign("failure", r"vectorized gather kernel index out of bounds", 0.45, "CUDA's vectorized gather kernel (indexing in newer torch) asserted an index out of bounds"),
+    Sign("context", r"class_weight", 0.5, "class weights in play"),
+    Sign("context", r"index (?:255|-100) is out of bounds", 0.5, "the index is an ignore label (255 or -100)"),
+    Sign("context", r"cross_entropy_loss\.py|\bin (?:weighted_|binary_)?cross_entropy\b|losses/\w+\.py", 0.35, "raised in a cross-entropy loss"),
+    Sign("context", r"\bmmseg\b|mmsegmentation", 0.35, "mmsegmentation in the frames"),
+    Sign("support", r"ignore_index|avg_non_ignore|seg_pad_val", 0.2, "an ignore label in play"),
+    Sign("support", r"CUDA error: device-side assert triggered", 0.1, "an asynchronous CUDA error, as a device-side assert surfaces later"),
+))
 
 
 @functools.cache

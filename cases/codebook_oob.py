@@ -38,6 +38,7 @@ import torch
 from snac import SNAC
 
 from harness.cases import Symptom
+from harness.triage import Sign, TriageSigns
 
 AUDIO_VOCAB = 4096  # real codes per layer
 PADDED_AUDIO_VOCAB = 4160  # logits per layer: codes + 64 special ids
@@ -58,6 +59,21 @@ symptoms = {
         output=r"srcIndex < srcSelectDimSize|index out of bounds",
     ),
 }
+
+# The embedding_oob family's failure lines, claimed here only where a codebook / quantizer / codec decodes codes.
+triage_signs = TriageSigns(needs_context=True, signs=(
+    Sign("failure", r"Indexing\.cu.*srcIndex < srcSelectDimSize|indexSelect(?:Large|Small)Index.*Assertion", 0.9, "CUDA's index_select kernel, which an embedding lookup runs, asserted an index past the table"),
+    Sign("failure", r"vectorized gather kernel index out of bounds", 0.7, "CUDA's vectorized gather kernel (index_select in newer torch) asserted an index past the table"),
+    Sign("failure", r"IndexError: index out of range in self", 0.8, "the CPU error of an embedding / index_select lookup past the table"),
+    Sign("failure", r"index out of range: Tried to access index -?\d+", 0.8, "torch 1.x's CPU error of an embedding lookup past the table"),
+    Sign("support", r"functional\.py.*\bin embedding\b|torch\.embedding\(|F\.embedding\(", 0.5, "raised in an embedding lookup (torch.nn.functional.embedding)"),
+    Sign("support", r"modules/sparse\.py|nn\.Embedding\(|\bembed_tokens\b|get_input_embeddings|\w_embeddings?\b", 0.3, "an Embedding module in the frames"),
+    Sign("support", r"CUDA error: device-side assert triggered|CUDNN_STATUS_INTERNAL_ERROR|CUBLAS_STATUS_EXECUTION_FAILED", 0.1, "an asynchronous CUDA error, as a device-side assert surfaces later"),
+    Sign("context", r"\bsnac\b|\bSNAC\b", 0.5, "SNAC's decoder in the frames"),
+    Sign("context", r"\bfrom_codes\b|\bdecode_codes?\b|\bembed_code\b|\bdequantize\b|get_codebook_entry|get_output_from_indices|get_codes_from_indices|indices_to_codes|\bcodes_to_\w+", 0.5, "codes turned back into vectors (from_codes, dequantize, get_codebook_entry)"),
+    Sign("context", r"codebook|core_vq\.py|\bvq\.py|quantiz\w*\.py|vector_quantiz|VectorQuantiz|quantizer\.decode", 0.4, "a vector quantizer's codebook in the frames"),
+    Sign("context", r"encodec/|dac/nn/|audiocraft/|\bcodec_decode\b|\bcodec\.decode", 0.3, "a neural audio codec decoding codes"),
+))
 
 
 class Inputs(NamedTuple):

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.cases import Symptom
+from harness.triage import Sign, TriageSigns
 
 symptoms = {
     "cpu": Symptom("IndexError", r"index out of range in self"),
@@ -46,6 +47,17 @@ symptoms = {
         output=r"srcIndex < srcSelectDimSize|index out of bounds",
     ),
 }
+
+# An out-of-range lookup in any embedding or index_select; a codebook's is the more specific codebook_oob.
+triage_signs = TriageSigns(signs=(
+    Sign("failure", r"Indexing\.cu.*srcIndex < srcSelectDimSize|indexSelect(?:Large|Small)Index.*Assertion", 0.9, "CUDA's index_select kernel, which an embedding lookup runs, asserted an index past the table"),
+    Sign("failure", r"vectorized gather kernel index out of bounds", 0.7, "CUDA's vectorized gather kernel (index_select in newer torch) asserted an index past the table"),
+    Sign("failure", r"IndexError: index out of range in self", 0.8, "the CPU error of an embedding / index_select lookup past the table"),
+    Sign("failure", r"index out of range: Tried to access index -?\d+", 0.8, "torch 1.x's CPU error of an embedding lookup past the table"),
+    Sign("context", r"functional\.py.*\bin embedding\b|torch\.embedding\(|F\.embedding\(", 0.5, "raised in an embedding lookup (torch.nn.functional.embedding)"),
+    Sign("context", r"modules/sparse\.py|nn\.Embedding\(|\bembed_tokens\b|get_input_embeddings|\w_embeddings?\b", 0.3, "an Embedding module in the frames"),
+    Sign("support", r"CUDA error: device-side assert triggered|CUDNN_STATUS_INTERNAL_ERROR|CUBLAS_STATUS_EXECUTION_FAILED", 0.1, "an asynchronous CUDA error, as a device-side assert surfaces later"),
+))
 
 
 class Inputs(NamedTuple):

@@ -91,6 +91,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from cases._ddp_worker import launch
 from harness.cases import Symptom
+from harness.triage import Sign, TriageSigns
 
 FAULTS = ("env_precision", "model_dtype", "model_shape", "torch_version", "segfault", "none")
 PRECISION_ENV = "DDP_CASE_PRECISION"  # where buggy ranks read their precision from
@@ -102,6 +103,18 @@ symptoms = {
     "cpu": Symptom("ChildFailedError", LAUNCHER_REPORT, output=NATIVE_DEATH),
     "cuda": Symptom("ChildFailedError", LAUNCHER_REPORT, output=NATIVE_DEATH),
 }
+
+# A rank killed by a native signal under a launcher; a hang's watchdog abort and a DataLoader worker's death are not.
+triage_signs = TriageSigns(signs=(
+    Sign("failure", r"Signal (?:11|6|7|4|8) \(SIG(?:SEGV|ABRT|BUS|ILL|FPE)\) received by PID", 0.7, "the elastic launcher's table: a rank died of a native signal"),
+    Sign("failure", r"exitcode *: *-(?:11|6|7|4|8)\b", 0.6, "a rank's exit code is a native signal (-11 SIGSEGV, -6 SIGABRT, -7 SIGBUS, -4 SIGILL, -8 SIGFPE)"),
+    Sign("failure", r"terminated with signal SIG(?:SEGV|ABRT|BUS|ILL|FPE)|died with <Signals\.SIG(?:SEGV|ABRT|BUS|ILL|FPE)", 0.5, "a spawned rank died of a native signal"),
+    Sign("context", r"ChildFailedError|torch\.distributed\.elastic|torchrun|accelerate launch|distributed/launch\.py|distributed/run\.py", 0.3, "a multi-process launcher (torch elastic, torchrun, accelerate)"),
+    Sign("support", r"Fatal Python error: (?:Segmentation fault|Aborted|Bus error)|Segmentation fault \(core dumped\)", 0.3, "a native fault in a process's own log"),
+    Sign("veto", r"Watchdog caught collective operation timeout|NCCL watchdog|ran for \d+ milliseconds before timing out|Some NCCL operations have failed or timed out", 0, "an NCCL timeout: the rank hung and the watchdog aborted it"),
+    Sign("veto", r"DataLoader worker \(pid|encountered in worker\.", 0, "the signal killed a DataLoader worker, not a rank"),
+    Sign("veto", r"CUDA out of memory|OutOfMemoryError", 0, "the job ran out of memory"),
+))
 
 
 class PreflightMismatch(RuntimeError):

@@ -11,6 +11,9 @@ name. The module provides plain names, no base class:
     bad_fixes        {name: inputs -> output}: plausible fixes that the harness must reject
     speed_baseline   inputs -> output: what the fix is timed against
     speed_candidate  (optional) inputs -> output: the part of the fix to time, default `fixed`
+    triage_signs     TriageSigns(signs=(Sign(kind, pattern, weight, why), ...)): how `python -m harness.triage`
+                     recognises this failure's family in a pasted log; placed right after `symptoms`,
+                     literal data only (triage reads it from the source, without importing the case)
 
 An exception raised by `buggy` may carry a `figures` dict of plain values (e.g.
 how long teardown took); the reproduce record keeps them.
@@ -37,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = ROOT / "cases"
 CASE_CONFIG_DIR = ROOT / "conf" / "case"
 DEVICES = ("cpu", "cuda")
-REQUIRED_NAMES = ("symptoms", "make_inputs", "buggy", "fixed", "reference", "bad_fixes", "speed_baseline")
+REQUIRED_NAMES = ("symptoms", "triage_signs", "make_inputs", "buggy", "fixed", "reference", "bad_fixes", "speed_baseline")
 REQUIRED_SECTIONS = ("Upstream", "Fidelity", "Symptom on CUDA", "Symptom on CPU", "Cause", "Fix")
 _SECTION_START = re.compile(r"^([A-Z][A-Za-z ]*?):(?:\s+|$)(.*)$")
 

@@ -93,6 +93,7 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
             return _record("reproduce", "fixed_upstream", True, f"buggy ran without error, as expected from torch {symptom.fixed_in} on", result)
         return _record("reproduce", "not_reproduced", False, f"buggy ran without error on torch {torch.__version__}", result)
     figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where, **failure.figures}
+    figures.setdefault("traceback", failure.traceback)  # the frames tell cases with one error text apart (harness.triage)
     if symptom.output:
         figures["output_line"] = _first_matching_line(symptom.output, result.output)
     if context_after is not None:

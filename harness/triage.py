@@ -1,0 +1,295 @@
+"""Which known case is this error log? Names the case a pasted log belongs to, with the evidence.
+
+    python -m harness.triage [PATH|-] [--json]
+
+Reads a log from PATH, or from stdin with `-` (the default), cleans it the way pytorch/test-infra's
+log classifier and Sentry's grouping do (ANSI codes, timestamps, `[rank1]:` prefixes, pids,
+addresses, block and thread numbers, line numbers, absolute paths), then scores every case by the
+signs its module declares (`triage_signs` in cases/<name>.py, read from the source, so triage
+imports neither torch nor the cases). The verdict is the best case whose score reaches
+`VERDICT_SCORE`, or none: "not one of the known cases", with what the log looks like instead
+where a known look-alike matches (an NLL target out of range, an NCCL timeout, ...).
+
+Scoring. A sign is a regex searched in the cleaned log, one line at a time:
+    failure  what broke: a kernel's assertion, the exception text, the launcher's signal report
+    context  where: frames by file basename and function, names in the code shown
+    support  adds weight and nothing else (`CUDA error: device-side assert triggered` is the same
+             for every device-side assert)
+    veto     a near-miss that rules the case out (an NCCL timeout for a rank killed by SIGABRT)
+The score combines the weights of the signs that matched, 1 - prod(1 - weight), each sign once.
+A case without a failure sign, or one whose `needs_context` has no context sign, scores at
+most UNCLAIMED_CEILING; a vetoed case scores 0. Candidates are every case with a matched sign,
+best first.
+
+Exit status: 0 when the log was read (whether or not a case matched), 2 when it could not be
+read (missing file, a directory, binary data); the reason goes to stderr on one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
+RULES_NAME = "triage_signs"
+VERDICT_SCORE = 0.5
+UNCLAIMED_CEILING = 0.45  # strictly below VERDICT_SCORE: supporting lines alone never name a case
+MAX_LINE_CHARS = 2000  # longer lines are cut, which bounds every regex's work per line
+EVIDENCE_CHARS = 300
+NOT_KNOWN = "not one of the known cases"
+
+
+@dataclass(frozen=True)
+class Sign:
+    kind: str  # "failure", "context", "support" or "veto"
+    pattern: str  # regex searched in each cleaned line; it never spans lines
+    weight: float  # how much this line alone says the log is the case, in [0, 1]; unused for a veto
+    why: str
+
+
+@dataclass(frozen=True)
+class TriageSigns:
+    signs: tuple[Sign, ...]  # in order of priority: the first listed is shown first
+    needs_context: bool = False  # the failure alone is shared with another case (codebook vs embedding)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    case: str
+    score: float
+    evidence: list[str]
+    why: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    case: str | None
+    candidates: list[Candidate]
+    looks_like: list[str]  # for no verdict: the known look-alikes that matched
+
+    def to_json(self) -> dict:
+        return {
+            "verdict": self.case,
+            "candidates": [{"case": c.case, "score": c.score, "evidence": c.evidence, "why": c.why} for c in self.candidates],
+        }
+
+
+# Failures that resemble the cases and belong to none of them: named when there is no verdict.
+LOOKALIKES = (
+    Sign("lookalike", r"t >= 0 && t < n_classes|IndexError: Target -?\d+ is out of bounds|ClassNLLCriterion", 1, "an NLL / cross-entropy target out of range (a label >= the number of classes), not an embedding or class-weight lookup"),
+    Sign("lookalike", r"tokenization_\w+\.py|piece id is out of range|out of range integral type conversion attempted|sentencepiece", 1, "an index error in a tokenizer (token ids outside its vocabulary), not an out-of-range lookup in a model"),
+    Sign("lookalike", r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|can't allocate memory|exitcode *: *-9\b|Signal 9 \(SIGKILL\)", 1, "out of memory (on the GPU, or a process killed by SIGKILL, as the host's OOM killer does)"),
+    Sign("lookalike", r"Watchdog caught collective operation timeout|NCCL watchdog|ran for \d+ milliseconds before timing out|Some NCCL operations have failed or timed out", 1, "an NCCL timeout: a rank hung in a collective and the watchdog took the process down"),
+    Sign("lookalike", r"DataLoader worker \(pid|encountered in worker\.|exited unexpectedly with exit code", 1, "a DataLoader worker killed by a signal (a dataset or shared-memory problem), not a rank"),
+    Sign("lookalike", r"ScatterGatherKernel\.cu|index \d+ is out of bounds for axis", 1, "a gather/scatter or NumPy index out of range, not one of the cases' lookups"),
+    Sign("lookalike", r"does not support bfloat16|not supported for autocast|In CPU autocast, but the target dtype is not supported", 1, "autocast with a dtype the device lacks, not a device-type error"),
+    Sign("lookalike", r"device-side assert(ion)? triggered", 1, "a device-side assert whose kernel line is missing: rerun with CUDA_LAUNCH_BLOCKING=1 and paste the lines with `Assertion`"),
+)
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# Line prefixes, applied in order, each at most once: a timestamp, a pid in brackets, a rank, a glog header.
+_PREFIXES = (
+    re.compile(r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?(?: -)? ?"),
+    re.compile(r"^\[\d+\] "),
+    re.compile(r"^(?:\[(?:default)?rank ?\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\(\w+ pid=\d+(?:, ip=[\d.]+)?\)) ?"),
+    re.compile(r"^\[?[IWEF]\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? [^\]\n]*\] ?"),
+)
+_PATH = re.compile(r"(?<![\w.<])(?:[A-Za-z]:)?(?:~|\.\.?)?[\\/]?(?:[\w.~+@-]+[\\/])+[\w.~+@-]+")
+_SUBSTITUTIONS = (
+    (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
+    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "0x<addr>"),
+    (re.compile(r"\b(pid|PID|Pid)(:? ?=?\(?s?\)?:? ?)\d+"), r"\1\2<pid>"),
+    (re.compile(r"\bblock: \[\d+, ?\d+, ?\d+\], thread: \[\d+, ?\d+, ?\d+\]"), "block: [<n>], thread: [<n>]"),
+    (re.compile(r"\b(line |\.(?:py|cu|cpp|cuh|h)[:(])\d+"), r"\1<n>"),
+    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?"), "<host>"),
+    (re.compile(r"(?<=<host>\]):\d+"), ""),
+)
+
+
+def _short_path(match: re.Match) -> str:
+    """An installed file by its package path (torch/nn/functional.py), any other absolute path by its last two parts."""
+    path = match.group(0).replace("\\", "/")
+    for packages in ("site-packages/", "dist-packages/"):
+        if packages in path:
+            return path.rsplit(packages, 1)[1]
+    if path.startswith(("/", "~", "./", "../")) or path[1:3] == ":/":
+        return "/".join(path.rsplit("/", 2)[-2:])
+    return path
+
+
+def normalise(text: str) -> list[str]:
+    """One cleaned line per input line (same count, same order), so evidence can point back at the original."""
+    return [_normalise_line(line) for line in _raw_lines(text)]
+
+
+def _raw_lines(text: str) -> list[str]:
+    # A carriage return inside a line is a progress bar redrawing itself: keep what was drawn last.
+    return [line.rsplit("\r", 1)[-1] if "\r" in line else line for line in text.split("\n")]
+
+
+def _normalise_line(line: str) -> str:
+    line = _ANSI.sub("", line[:MAX_LINE_CHARS])
+    for prefix in _PREFIXES:
+        line = prefix.sub("", line, count=1)
+    line = _PATH.sub(_short_path, line)
+    for pattern, replacement in _SUBSTITUTIONS:
+        line = pattern.sub(replacement, line)
+    return line.strip()
+
+
+def load_signs(cases_dir: Path = CASES_DIR) -> dict[str, TriageSigns]:
+    """Every case's `triage_signs`, read from its module's source without importing it."""
+    rules = {}
+    for path in sorted(cases_dir.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == RULES_NAME for t in node.targets):
+                rules[path.stem] = _literal(node.value, path)
+    return rules
+
+
+_RECORDS = {"TriageSigns": TriageSigns, "Sign": Sign}
+
+
+def _literal(node: ast.AST, path: Path):
+    """Literal data with `Sign(...)` and `TriageSigns(...)` calls; anything else is refused."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _RECORDS:
+        args = [_literal(arg, path) for arg in node.args]
+        kwargs = {kw.arg: _literal(kw.value, path) for kw in node.keywords}
+        return _RECORDS[node.func.id](*args, **kwargs)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return tuple(_literal(element, path) for element in node.elts)
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise ValueError(f"{path.name}: {RULES_NAME} must be literal data and Sign/TriageSigns calls (line {node.lineno})") from None
+
+
+def triage(text: str, rules: dict[str, TriageSigns] | None = None) -> Verdict:
+    rules = load_signs() if rules is None else rules
+    raw = _raw_lines(text)
+    cleaned = "\n".join(_normalise_line(line) for line in raw)
+    starts = _line_starts(cleaned)
+    candidates = [c for c in (_score(case, signs, cleaned, starts, raw) for case, signs in rules.items()) if c is not None]
+    candidates.sort(key=lambda c: (-c.score, -len(c.evidence), c.case))
+    verdict = candidates[0].case if candidates and candidates[0].score >= VERDICT_SCORE else None
+    looks_like = [] if verdict else [sign.why for sign in LOOKALIKES if _first_match(sign.pattern, cleaned) is not None]
+    return Verdict(verdict, candidates, looks_like)
+
+
+def _score(case: str, rules: TriageSigns, cleaned: str, starts: list[int], raw: list[str]) -> Candidate | None:
+    matched: list[tuple[Sign, int]] = []
+    for sign in rules.signs:
+        position = _first_match(sign.pattern, cleaned)
+        if position is not None:
+            matched.append((sign, _line_of(position, starts)))
+    if not matched:
+        return None
+    vetoes = [(sign, line) for sign, line in matched if sign.kind == "veto"]
+    if vetoes:
+        return Candidate(case, 0.0, [_evidence(raw, line) for _, line in vetoes], "ruled out: " + "; ".join(sign.why for sign, _ in vetoes))
+    kinds = {sign.kind for sign, _ in matched}
+    miss = 1.0
+    for sign, _ in matched:
+        miss *= 1.0 - sign.weight
+    score = 1.0 - miss
+    why = "; ".join(sign.why for sign, _ in matched)
+    if "failure" not in kinds:
+        score, why = min(score, UNCLAIMED_CEILING), f"no failure line of this case, only context ({why})"
+    elif rules.needs_context and "context" not in kinds:
+        score, why = min(score, UNCLAIMED_CEILING), f"the failure is shared with another case and nothing places it in this one ({why})"
+    evidence = list(dict.fromkeys(_evidence(raw, line) for _, line in matched))
+    return Candidate(case, round(score, 3), evidence, why)
+
+
+def _first_match(pattern: str, cleaned: str) -> int | None:
+    found = re.search(pattern, cleaned, re.MULTILINE)
+    return found.start() if found else None
+
+
+def _line_starts(cleaned: str) -> list[int]:
+    return [0] + [match.end() for match in re.finditer("\n", cleaned)]
+
+
+def _line_of(position: int, starts: list[int]) -> int:
+    low, high = 0, len(starts) - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if starts[middle] <= position:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _evidence(raw: list[str], line: int) -> str:
+    text = _ANSI.sub("", raw[line]).strip()
+    return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 3] + "..."
+
+
+class UnreadableInput(Exception):
+    """The log could not be read: the message says why, on one line."""
+
+
+def read_log(source: str) -> str:
+    if source == "-":
+        data = sys.stdin.buffer.read()
+        where = "stdin"
+    else:
+        path = Path(source)
+        where = str(path)
+        if path.is_dir():
+            raise UnreadableInput(f"{where} is a directory, not a log file")
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise UnreadableInput(f"{where}: no such file") from None
+        except OSError as error:
+            raise UnreadableInput(f"{where}: {error.strerror or error}") from None
+    if b"\x00" in data:
+        raise UnreadableInput(f"{where} holds binary data (NUL bytes), not a text log")
+    text = data.decode("utf-8", errors="replace")
+    if text and text.count("\ufffd") > max(8, len(text) // 100):
+        raise UnreadableInput(f"{where} is not text (more than 1% of it is not UTF-8)")
+    return text
+
+
+def render(verdict: Verdict) -> str:
+    lines = []
+    if verdict.case:
+        lines.append(f"verdict: {verdict.case}  (run it: python -m harness case={verdict.case})")
+    else:
+        lines.append(f"verdict: none, {NOT_KNOWN}")
+        lines += [f"  looks like {why}" for why in verdict.looks_like]
+    for candidate in verdict.candidates:
+        lines.append(f"\n{candidate.case}  score {candidate.score:.2f}")
+        lines.append(f"  why: {candidate.why}")
+        lines += [f"  > {line}" for line in candidate.evidence]
+    if not verdict.candidates:
+        lines.append("no case has any sign in this log")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.triage", description="Name the known case an error log belongs to, with the evidence.")
+    parser.add_argument("path", nargs="?", default="-", help="the log file, or - for stdin (the default)")
+    parser.add_argument("--json", action="store_true", help='print {"verdict": ..., "candidates": [...]} only')
+    args = parser.parse_args(argv)
+    try:
+        text = read_log(args.path)
+    except UnreadableInput as error:
+        print(f"triage: {error}", file=sys.stderr)
+        return 2
+    verdict = triage(text)
+    print(json.dumps(verdict.to_json(), indent=2) if args.json else render(verdict))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
