@@ -11,6 +11,11 @@ name. The module provides plain names, no base class:
     bad_fixes        {name: inputs -> output}: plausible fixes that the harness must reject
     speed_baseline   inputs -> output: what the fix is timed against
     speed_candidate  (optional) inputs -> output: the part of the fix to time, default `fixed`
+    slow_fixes       {name: inputs -> output}: controls, fixes that are correct but clearly slower, as a
+                     careless fix would be; each stands in for `speed_candidate` (default `fixed`), and the
+                     speed verdict must flag it. Required where the yaml sets a speed budget for any device
+    speed_reference  inputs -> output: the intended output of `speed_candidate`, computed independently;
+                     required with `slow_fixes` where the case times only part of the fix
     triage_signs     TriageSigns(signs=(Sign(kind, pattern, weight, why), ...)): how `python -m harness.triage`
                      recognises this failure's family in a pasted log; placed right after `symptoms`,
                      literal data only (triage reads it from the source, without importing the case)
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+import yaml
 from torch.torch_version import TorchVersion
 
 from harness.isolate import Failure
@@ -105,12 +111,26 @@ def contract_problems(case: ModuleType) -> list[str]:
     problems += [f"no symptom for {device}" for device in DEVICES if device not in symptoms]
     if not getattr(case, "bad_fixes", None):
         problems.append("`bad_fixes` is empty")
+    budgets = _speed_budgets(case)
+    if budgets and not getattr(case, "slow_fixes", None):
+        problems.append(f"the yaml sets a speed budget ({', '.join(budgets)}) but `slow_fixes` is empty: nothing shows the speed verdict can fail")
+    if getattr(case, "slow_fixes", None) and hasattr(case, "speed_candidate") and not hasattr(case, "speed_reference"):
+        problems.append("`slow_fixes` stand in for `speed_candidate`, so the case needs `speed_reference`")
     try:
         text = case_text(case)
     except ValueError as error:
         return problems + [str(error)]
     problems += [f"docstring lacks section {section!r}" for section in REQUIRED_SECTIONS if section not in text.sections]
     return problems
+
+
+def _speed_budgets(case: ModuleType) -> list[str]:
+    """The devices the case's yaml sets a speed budget for."""
+    path = CASE_CONFIG_DIR / f"{case.__name__.rpartition('.')[2]}.yaml"
+    if not path.exists():
+        return []
+    budget = (yaml.safe_load(path.read_text()).get("speed") or {}).get("budget") or {}
+    return sorted(device for device, value in budget.items() if value is not None)
 
 
 def case_text(case: ModuleType) -> CaseText:

@@ -25,7 +25,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 EXPECTATIONS = Path(__file__).resolve().parent.parent / "expectations.yaml"
-EVERY_BAD_FIX = "bad_fix:*"
+EVERY_BAD_FIX = "bad_fix:*"  # an expectation key ending in ":*" covers every phase with that prefix (bad_fix:*, slow_fix:*)
+UNDECIDED = "inconclusive"  # a speed verdict whose interval straddles the budget: never a pass, listed apart
 DOC_HEADER = """# The regression matrix
 
 Generated from the records in `results/matrix` by `python -m harness.matrix table results/matrix > docs/matrix.md`;
@@ -81,9 +82,10 @@ def drifts(records: list[Record], expectations: dict[str, list[dict[str, Any]]])
             continue
         for phase, allowed in expected.items():
             allowed = [allowed] if isinstance(allowed, str) else list(allowed)
-            phases = [p for p in record.statuses if p.startswith("bad_fix:")] if phase == EVERY_BAD_FIX else [phase]
-            if phase == EVERY_BAD_FIX and not phases:
-                found.append(f"{where} bad fixes: none ran")
+            prefix = phase[:-1] if phase.endswith(":*") else None
+            phases = [p for p in record.statuses if p.startswith(prefix)] if prefix else [phase]
+            if prefix and not phases:
+                found.append(f"{where} {prefix}*: none ran")
             for name in phases:
                 got = record.statuses.get(name)
                 if got is None:
@@ -91,6 +93,16 @@ def drifts(records: list[Record], expectations: dict[str, list[dict[str, Any]]])
                 elif got not in allowed:
                     found.append(f"{where} {name}: expected {' or '.join(allowed)}, got {got} ({record.messages[name]})")
     return found
+
+
+def undecided(records: list[Record]) -> list[str]:
+    """Each phase whose verdict was inconclusive, one line each: allowed where expected, but not a pass."""
+    return [
+        f"{record.case} torch {record.torch} {record.device} {phase}: {record.messages[phase]}"
+        for record in records
+        for phase, status in record.statuses.items()
+        if status == UNDECIDED
+    ]
 
 
 def _expectation_for(record: Record, entries: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -114,6 +126,8 @@ def table(records: list[Record]) -> str:
         for case in sorted({record.case for record in device_records}):
             row = [_cell(cells.get((case, version))) for version in versions]
             lines.append(f"| `{case}` | " + " | ".join(row) + " |")
+        inconclusive = undecided(device_records)
+        lines += ["", f"Speed verdicts inconclusive (ok, not a pass): {len(inconclusive)} of {len(device_records)} records."]
         lines += ["", "Where behaviour changed between adjacent versions:", ""]
         changes = _changes(device_records, versions)
         lines += changes or ["- nowhere: every case behaves the same on every version"]
@@ -127,13 +141,19 @@ def _cell(record: Record | None) -> str:
     parts = [record.statuses.get("reproduce", "-")]
     speed = record.figures.get("speed", {})
     if "ratio" in speed:
-        parts.append(f"{speed['ratio']:.2f}x")
+        interval = f" [{speed['ratio_low']:.2f}, {speed['ratio_high']:.2f}]" if speed.get("ratio_high") is not None else ""
+        parts.append(f"{speed['ratio']:.2f}x{interval}")
+    slow = [status for phase, status in record.statuses.items() if phase.startswith("slow_fix:") and status != "no_budget"]
+    if slow:
+        parts.append(f"{slow.count('flagged')}/{len(slow)} slow fixes flagged")
     bad = [status for phase, status in record.statuses.items() if phase.startswith("bad_fix:")]
     if bad:
         parts.append(f"{bad.count('rejected')}/{len(bad)} bad fixes rejected")
     others = [f"**{phase}: {status}**" for phase, status in record.statuses.items() if phase in ("fix", "correct") and status != "passed"]
     if record.statuses.get("speed") == "over_budget":
         others.append("**over budget**")
+    if record.statuses.get("speed") == UNDECIDED:
+        others.append("_inconclusive_")
     return ", ".join(parts + others)
 
 
@@ -174,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     found = drifts(records, yaml.safe_load(args.expectations.read_text()))
     for line in found:
         print(f"DRIFT {line}")
-    print(f"{len(records)} records, {len(found)} drifts from {args.expectations.name}")
+    inconclusive = undecided(records)
+    for line in inconclusive:
+        print(f"UNDECIDED {line}")
+    print(f"{len(records)} records, {len(found)} drifts from {args.expectations.name}, {len(inconclusive)} inconclusive speed verdicts")
     return 1 if found else 0
 
 

@@ -15,14 +15,39 @@ from harness.cases import case_text, load_case
 from harness.records import CaseRecord, PhaseRecord
 
 MAX_DETAIL_CHARS = 160
+UNDECIDED = ("inconclusive",)  # ok, but not a pass: shown in yellow and counted apart
+
+
+def _mark(record: PhaseRecord) -> str:
+    if not record.ok:
+        return "[red]FAIL[/red]"
+    return "[yellow]ok?[/yellow]" if record.status in UNDECIDED else "[green]ok[/green]"
+
+
+def _status(record: PhaseRecord) -> str:
+    if not record.ok:
+        return f"[red]{record.status}[/red]"
+    return f"[yellow]{record.status}[/yellow]" if record.status in UNDECIDED else record.status
+
+
+def speed_cell(record: PhaseRecord | None) -> str:
+    """A speed phase in one cell: ratio [interval], and the verdict unless it is a plain pass."""
+    if record is None:
+        return "-"
+    figures = record.figures
+    if "ratio" not in figures:
+        return _status(record)
+    cell = f"{figures['ratio']:.2f}x"
+    if figures.get("ratio_high") is not None:
+        cell += f" [{figures['ratio_low']:.2f}, {figures['ratio_high']:.2f}]"
+    return cell if record.status in ("within_budget", "measured") else f"{cell} {_status(record)}"
 
 
 def print_progress(console: Console, case: str, device: str, phase: str, record: PhaseRecord | None) -> None:
     if record is None:
         console.print(f"[dim]{case} on {device}: {phase} ...[/dim]")
     else:
-        mark = "[green]ok[/green]" if record.ok else "[red]FAIL[/red]"
-        console.print(f"[dim]{case} on {device}:[/dim] {record.phase} {mark} {record.status} [dim]({record.seconds:.2f} s)[/dim]")
+        console.print(f"[dim]{case} on {device}:[/dim] {record.phase} {_mark(record)} {_status(record)} [dim]({record.seconds:.2f} s)[/dim]")
 
 
 def print_report(console: Console, record: CaseRecord, path: Path) -> None:
@@ -52,13 +77,16 @@ def print_report(console: Console, record: CaseRecord, path: Path) -> None:
     for phase in record.phases:
         table.add_row(
             phase.phase,
-            phase.status,
-            "[green]yes[/green]" if phase.ok else "[red]NO[/red]",
+            _status(phase),
+            ("[yellow]yes?[/yellow]" if phase.status in UNDECIDED else "[green]yes[/green]") if phase.ok else "[red]NO[/red]",
             escape(_shorten(phase.message)),
             f"{phase.seconds:.2f}",
         )
     console.print(table)
     verdict = "[green]every phase met its expectation[/green]" if record.ok else "[red]some phase missed its expectation[/red]"
+    undecided = [phase.phase for phase in record.phases if phase.status in UNDECIDED]
+    if undecided:
+        verdict += f" [yellow](undecided, not passed: {', '.join(undecided)})[/yellow]"
     console.print(f"{verdict}; record: {path}")
 
 
@@ -79,9 +107,10 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
     statuses = [row[3] if len(row) > 3 else {} for row in rows]
     varying = _varying_overrides([status.get("overrides", []) for status in statuses])
     table = Table(title="summary")
-    for column in ("case", "device", "ok", "reproduce", "fix", "correct", "speed", "bad fixes"):
+    for column in ("case", "device", "ok", "reproduce", "fix", "correct", "speed", "slow fixes", "bad fixes"):
         table.add_column(column, no_wrap=True)
     footnotes = []
+    undecided = 0
     for (record, _path, *_), note, status, overrides in zip(rows, notes, statuses, varying):
         case = record.case if record is not None else str(status.get("case", "?"))
         device = record.device if record is not None else str(status.get("device", "?"))
@@ -89,20 +118,24 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
         if note:
             footnotes.append(f"{escape(' '.join([case, device, *overrides]))}: {escape(_shorten(note))}")
         if record is None:
-            table.add_row(label, device, "[red]NO[/red]", *["-"] * 5)
+            table.add_row(label, device, "[red]NO[/red]", *["-"] * 6)
             continue
         by_phase = {phase.phase: phase for phase in record.phases}
         bad_fixes = [phase for phase in record.phases if phase.phase.startswith("bad_fix:")]
-        speed = by_phase.get("speed")
+        slow_fixes = [phase for phase in record.phases if phase.phase.startswith("slow_fix:") and phase.status != "no_budget"]
+        undecided += sum(phase.status in UNDECIDED for phase in record.phases)
         table.add_row(
             label,
             device,
             "[green]yes[/green]" if record.ok and not note else "[red]NO[/red]",
             *(by_phase[name].status if name in by_phase else "-" for name in ("reproduce", "fix", "correct")),
-            f"{speed.figures['ratio']:.2f}x" + ("" if speed.ok else f" {speed.status}") if speed and "ratio" in speed.figures else (speed.status if speed else "-"),
+            speed_cell(by_phase.get("speed")),
+            f"{sum(p.status == 'flagged' for p in slow_fixes)}/{len(slow_fixes)} flagged" if slow_fixes else "-",
             f"{sum(p.status == 'rejected' for p in bad_fixes)}/{len(bad_fixes)} rejected" if bad_fixes else "-",
         )
     _print_whole(console, table)
+    if undecided:
+        console.print(f"[yellow]{undecided} speed verdict(s) inconclusive[/yellow]: ok, but not a pass; rerun, or raise speed.max_s")
     for footnote in footnotes:
         console.print(f"[red]NO[/red] {footnote}", highlight=False)
     paths = [str(row[1].parent) for row in rows if row[1] is not None]

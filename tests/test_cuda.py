@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.cuda, requires_cuda]
 
 @pytest.mark.parametrize("name", case_names())
 def test_case_on_cuda(name, environment, tmp_path):
-    record, _ = run_case(compose_config(f"case={name}", "device=cuda", "speed.repeats=5"), "cuda", tmp_path, environment)
+    record, _ = run_case(compose_config(f"case={name}", "device=cuda", "speed.process_s=0.2"), "cuda", tmp_path, environment)
     phases = {phase.phase: phase for phase in record.phases}
     reproduce = phases["reproduce"]
     assert reproduce.ok and reproduce.status in ("reproduced", "fixed_upstream"), reproduce.message + "\n" + reproduce.output_tail[-2000:]
