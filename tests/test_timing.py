@@ -1,13 +1,74 @@
+"""The speed verdict's statistics: paired samples, the interval over processes, the verdict against a budget."""
+
+import math
+import random
+
+import pytest
 import torch
 
-from harness.timing import time_pair
+from harness.timing import PairedSamples, estimate_ratio, judge, paired_samples, student_t_quantile
 
 
-def test_time_pair_reports_medians_and_the_paired_ratio():
+def test_paired_samples_alternate_and_keep_sampling_until_the_time_is_spent():
     x = torch.randn(64, 64)
-    figures = time_pair(lambda t: t @ t, lambda t: t + t, x, device="cpu", warmup=1, repeats=3)
-    assert figures["candidate_s"] > 0 and figures["baseline_s"] > 0 and figures["ratio"] > 0
-    assert figures["repeats"] == 3 and figures["calls_per_sample"] >= 1
+    samples = paired_samples(lambda t: t @ t, lambda t: t + t, x, device="cpu", warmup=1, pairs=3, min_s=0.05)
+    assert len(samples.candidate_s) == len(samples.baseline_s) >= 3
+    assert (sum(samples.candidate_s) + sum(samples.baseline_s)) * samples.calls_per_sample >= 0.05
+    assert all(s > 0 for s in samples.candidate_s + samples.baseline_s) and samples.calls_per_sample >= 1
+
+
+@pytest.mark.parametrize(("p", "df", "expected"), [(0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 5, 2.571), (0.975, 30, 2.042), (0.995, 10, 3.169), (0.05, 3, -2.353)])
+def test_student_t_quantiles_match_the_tables(p, df, expected):
+    assert student_t_quantile(p, df) == pytest.approx(expected, abs=1e-3)
+
+
+def _process(ratio, noise, pairs=10, rng=None):
+    rng = rng or random.Random(0)
+    baseline = [1e-3 * (1 + 0.05 * rng.random()) for _ in range(pairs)]
+    return PairedSamples([b * ratio * math.exp(rng.gauss(0, noise)) for b in baseline], baseline, 1)
+
+
+def test_the_95_percent_interval_covers_the_true_ratio_about_95_percent_of_the_time():
+    rng = random.Random(1)
+    trials = [estimate_ratio([_process(1.1, 0.05, rng=rng) for _ in range(3)], level=0.95) for _ in range(400)]
+    covered = sum(e.ratio_low <= 1.1 <= e.ratio_high for e in trials) / len(trials)
+    assert 0.9 <= covered <= 0.99, covered
+
+
+def test_the_interval_narrows_with_more_processes():
+    rng = random.Random(1)
+
+    def mean_width(processes):
+        estimates = [estimate_ratio([_process(1.1, 0.05, rng=rng) for _ in range(processes)], level=0.95) for _ in range(100)]
+        return sum(e.ratio_high - e.ratio_low for e in estimates) / len(estimates)
+
+    assert mean_width(12) < mean_width(3) / 2
+    many = estimate_ratio([_process(1.1, 0.05, rng=rng) for _ in range(12)], level=0.95)
+    assert (many.samples, many.processes, many.level) == (120, 12, 0.95)
+
+
+def test_a_bias_shared_by_all_pairs_of_a_process_widens_the_interval():
+    """Pairs of one process agree closely, processes disagree: the interval must follow the processes."""
+    rng = random.Random(2)
+    biased = [_process(ratio, 0.001, rng=rng) for ratio in (0.95, 1.05, 1.0, 1.1)]
+    estimate = estimate_ratio(biased, level=0.95)
+    assert estimate.ratio_low < 0.97 and estimate.ratio_high > 1.07
+
+
+def test_one_process_decides_nothing():
+    estimate = estimate_ratio([_process(3.0, 0.01)], level=0.95)
+    assert (estimate.ratio_low, estimate.ratio_high) == (0.0, math.inf)
+    assert judge(estimate, budget=1.05) is None
+
+
+def test_the_verdict_is_decisive_only_when_the_interval_is_on_one_side_of_the_budget():
+    rng = random.Random(3)
+    clearly_slower = estimate_ratio([_process(2.0, 0.02, rng=rng) for _ in range(3)], level=0.95)
+    clearly_within = estimate_ratio([_process(0.9, 0.02, rng=rng) for _ in range(3)], level=0.95)
+    at_the_budget = estimate_ratio([_process(1.05, 0.05, rng=rng) for _ in range(3)], level=0.95)
+    assert judge(clearly_slower, budget=1.05) == "over_budget"
+    assert judge(clearly_within, budget=1.05) == "within_budget"
+    assert judge(at_the_budget, budget=1.05) is None
 
 
 def test_the_cpu_allocator_is_pinned_for_timing_in_a_child():
