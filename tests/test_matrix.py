@@ -1,5 +1,6 @@
 """The drift check, the table and the change report over result records: synthetic ones, the committed matrix, and altered copies of it."""
 
+import ast
 import json
 import shutil
 
@@ -288,3 +289,24 @@ def test_change_report_refuses_a_missing_or_empty_folder(tmp_path, capsys):
     assert main(["changes", str(tmp_path / "old"), str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [f"error: {tmp_path / 'missing'} is not a folder of records", f"error: no harness records under {tmp_path / 'empty'}"]
+
+
+# -- the hosted workflow runs what the noxfile defines --------------------------------------
+
+
+def _noxfile_constant(name):
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    return next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign) and node.targets[0].id == name)
+
+
+def test_workflow_runs_every_pinned_version_and_latest_and_a_nightly_that_cannot_fail_it():
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "matrix.yml").read_text())
+    jobs = workflow["jobs"]
+    assert jobs["run"]["strategy"]["matrix"]["torch"] == [*_noxfile_constant("TORCH_VERSIONS"), _noxfile_constant("LATEST")]
+    assert jobs["nightly"]["continue-on-error"] is True
+    assert "nox -s nightly" in [step.get("run") for step in jobs["nightly"]["steps"]]
+    assert set(jobs["check"]["needs"]) == {"run", "nightly"} and jobs["check"]["if"] == "always()"
+    steps = {step.get("name"): step for step in jobs["check"]["steps"]}
+    assert "python -m harness.matrix changes" in steps["Change reports"]["run"]
+    assert steps["Open or update the issue"]["if"] == "github.event_name == 'schedule' && steps.changes.outputs.changed == 'true'"
+    assert jobs["check"]["steps"][-1]["name"] == "Check (the gate)"
