@@ -138,10 +138,7 @@ def _entry_text(entry: dict[str, Any]) -> str:
 def _speed_text(record: Record) -> str:
     """'; speed 1.02x [0.98, 1.05]' (the interval where the record has one), or nothing without a ratio."""
     speed = record.figures.get("speed", {})
-    if "ratio" not in speed:
-        return ""
-    interval = f" [{speed['ratio_low']:.2f}, {speed['ratio_high']:.2f}]" if _has_interval(speed) else ""
-    return f"; speed {speed['ratio']:.2f}x{interval}"
+    return f"; speed {_ratio_text(speed)}" if "ratio" in speed else ""
 
 
 def _has_interval(speed: dict[str, Any]) -> bool:
