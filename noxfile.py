@@ -1,7 +1,9 @@
 r"""The regression matrix: the whole harness under one torch release per session, each in its own venv.
 
-    nox -s matrix                                # every version in TORCH_VERSIONS, one after another
+    nox -s matrix                                # every version in TORCH_VERSIONS, then `latest`, one after another
     nox -s "matrix(torch='2.4.1')"               # one version
+    nox -s "matrix(torch='latest')"              # the newest torch release on pip's configured index, resolved now
+    nox -s nightly                               # opt-in: PyTorch's nightly CPU build; a failed install skips it
     nox -R -s "matrix(torch='2.4.1')"            # rerun in the existing venv, skipping the install
     nox -s "matrix(torch='2.4.1')" -- phases=[reproduce]   # extra Hydra overrides for the harness
     nox -l                                       # the sessions
@@ -10,11 +12,19 @@ Each session installs `torch==<v>` together with the project (one pip call, so p
 checks that the torch it got is <v>, then writes
     results/matrix/cpu/torch-<v>/<case>/<case>.cpu.json   one harness record per case (the folder is emptied first)
     results/matrix/cpu/torch-<v>/harness.log              the harness's console output (not committed)
-    results/matrix/cpu/torch-<v>/session.json             install time, venv size, run times, exit codes, phases not ok
+    results/matrix/cpu/torch-<v>/session.json             the entry (<v>, latest or nightly), install time, venv size,
+                                                          run times, exit codes, phases not ok
     results/benchmarks/<machine-id>/NNNN_torch-<v>.json   pytest-benchmark's save (the previous save of <v> is replaced)
 Compare a later run with one of them:
     pytest tests/test_benchmarks.py tests/test_class_weight_index.py --benchmark-only \
         --benchmark-storage=file://results/benchmarks --benchmark-compare='*_torch-2.4.1' --benchmark-compare-fail=median:15%
+
+The moving entries resolve <v> when they run: `latest` asks pip (`pip index versions torch`, through pip's
+own configuration of indexes) for the newest release; `nightly` installs the newest pre-release from
+NIGHTLY_INDEX and takes <v> from the torch it got (e.g. 2.17.0.dev20260301). Their records go into the same
+layout, named by that version (a `latest` that resolves to a pinned version replaces that version's records),
+and session.json says which entry asked. Where $GITHUB_OUTPUT is set (a workflow step), the session also
+writes `torch=<v>` and `records=<folder>` there, or, for a nightly that did not install, `install_error=<line>`.
 
 A harness exit of 1 (some phase missed its expectation: a case that does not reproduce on an old torch)
 is a result, and so is a failing benchmark test (pytest exit 1): the session passes. It fails when the
@@ -48,6 +58,8 @@ from packaging.version import Version
 
 # From the oldest release the harness supports (pyproject: torch>=2.3) to the newest on the registry.
 TORCH_VERSIONS = ["2.3.1", "2.4.1", "2.6.0", "2.9.1", "2.11.0", "2.13.0", "2.15.0"]
+LATEST = "latest"  # a moving entry: the newest release on the index when the session runs
+NIGHTLY_INDEX = "https://download.pytorch.org/whl/nightly/cpu"  # PyTorch's own index of nightly pre-releases
 DEVICE = "cpu"
 
 ROOT = Path(__file__).resolve().parent
@@ -61,22 +73,59 @@ nox.options.sessions = ["matrix"]
 
 
 @nox.session(reuse_venv=True)
-@nox.parametrize("torch", TORCH_VERSIONS)
+@nox.parametrize("torch", [*TORCH_VERSIONS, LATEST])
 def matrix(session: nox.Session, torch: str) -> None:
-    """Run every case on CPU and the benchmarks under one torch release, in its own venv."""
-    out = RESULTS / "matrix" / DEVICE / f"torch-{torch}"
-    venv = session.virtualenv
-    cost: dict = {"torch_requested": torch, "device": DEVICE, "venv": venv.location, "venv_reused": bool(getattr(venv, "_reused", False))}
-
+    """Run every case on CPU and the benchmarks under one torch release (or the newest: latest), in its own venv."""
+    version = _newest_release(session) if torch == LATEST else torch
     started = time.perf_counter()
-    session.install("--no-cache-dir", f"torch=={torch}", "-e", ".[test]")
-    cost["install_s"] = round(time.perf_counter() - started, 1)  # about 0 where -R skipped the install
-    installed = session.run("python", "-c", "import torch; print(torch.__version__)", silent=True).strip().splitlines()[-1]
+    session.install("--no-cache-dir", f"torch=={version}", "-e", ".[test]")
+    _run_matrix(session, entry=torch, version=version, install_s=time.perf_counter() - started)
+
+
+@nox.session(reuse_venv=True)
+def nightly(session: nox.Session) -> None:
+    """Opt-in (not in `nox -s matrix`): the same run under today's nightly CPU build from NIGHTLY_INDEX."""
+    started = time.perf_counter()
+    pip = ["python", "-m", "pip", "install", "--no-cache-dir", "--retries", "2", "--upgrade", "--pre", "torch", "--index-url", NIGHTLY_INDEX]
+    code, output = _run_tee(session, pip, None)
+    installed = _installed_torch(session) if code == 0 else None
+    if installed is None or not Version(installed).is_prerelease:  # reported, not a failed session
+        errors = [line.strip() for line in output.splitlines() if line.startswith("ERROR")]
+        reason = (errors or [f"pip exit {code}"])[-1] if installed is None else f"no nightly there; pip took torch {installed} from its other sources"
+        _tell_workflow(install_error=reason)
+        session.skip(f"nightly torch did not install from {NIGHTLY_INDEX}: {reason}")
+    session.install("--no-cache-dir", "-e", ".[test]")  # keeps the nightly: a pre-release satisfies torch>=2.3
+    _run_matrix(session, entry="nightly", version=Version(installed).public, install_s=time.perf_counter() - started)
+
+
+def _newest_release(session: nox.Session) -> str:
+    """The newest torch release (no pre-release) on the indexes pip is configured with, as pip itself lists them."""
+    listing = session.run("python", "-m", "pip", "index", "versions", "torch", silent=True)
+    found = re.search(r"^torch \((\S+)\)$", listing or "", re.MULTILINE)
+    if not found:
+        session.error(f"`pip index versions torch` named no newest torch: {(listing or '').strip()[-300:]}")
+    session.log(f"latest: torch {found.group(1)} is the newest release on pip's configured index")
+    return found.group(1)
+
+
+def _installed_torch(session: nox.Session) -> str:
+    return session.run("python", "-c", "import torch; print(torch.__version__)", silent=True).strip().splitlines()[-1]
+
+
+def _run_matrix(session: nox.Session, entry: str, version: str, install_s: float) -> None:
+    """The harness and the benchmarks under the torch installed in the session's venv, which must be `version`."""
+    out = RESULTS / "matrix" / DEVICE / f"torch-{version}"
+    venv = session.virtualenv
+    cost: dict = {"entry": entry, "torch_requested": version, "device": DEVICE, "venv": venv.location}
+    cost["venv_reused"] = bool(getattr(venv, "_reused", False))
+    cost["install_s"] = round(install_s, 1)  # about 0 where -R skipped the install
+    installed = _installed_torch(session)
     cost["torch_installed"] = installed
-    if installed.split("+")[0] != torch:
-        session.error(f"asked for torch=={torch}, the venv has torch {installed}")
+    if Version(installed).public != version:
+        session.error(f"asked for torch=={version}, the venv has torch {installed}")
     cost["venv_bytes"] = _disk_usage(Path(venv.location))
-    session.log(f"torch {installed}: install {cost['install_s']} s, venv {cost['venv_bytes'] / 2**30:.2f} GiB")
+    session.log(f"torch {installed} ({entry}): install {cost['install_s']} s, venv {cost['venv_bytes'] / 2**30:.2f} GiB")
+    _tell_workflow(torch=version, records=str(out))
 
     shutil.rmtree(out, ignore_errors=True)  # the records of this run only
     out.mkdir(parents=True)
@@ -95,7 +144,7 @@ def matrix(session: nox.Session, torch: str) -> None:
         session.error(f"the harness broke under torch {installed}: " + "; ".join(problems))
 
     started, saved_after = time.perf_counter(), time.time()
-    save = f"torch-{torch}"
+    save = f"torch-{version}"
     pytest = ["python", "-m", "pytest", *BENCHMARK_TESTS, "--benchmark-only", f"--benchmark-save={save}"]
     pytest_exit = _run_tee(session, [*pytest, f"--benchmark-storage=file://{BENCHMARKS}", "-p", "no:cacheprovider"], None)[0]
     cost["benchmark_s"] = round(time.perf_counter() - started, 1)
@@ -118,6 +167,13 @@ def matrix(session: nox.Session, torch: str) -> None:
         session.error(f"pytest could not run the benchmarks (exit {pytest_exit})")
     if not saves:
         session.error(f"pytest-benchmark saved no {save} under {BENCHMARKS}")
+
+
+def _tell_workflow(**outputs: str) -> None:
+    """A GitHub Actions step's outputs (steps.<id>.outputs.<key>); nothing outside a workflow."""
+    if os.environ.get("GITHUB_OUTPUT"):
+        with open(os.environ["GITHUB_OUTPUT"], "a") as step_outputs:
+            step_outputs.writelines(f"{key}={value}\n" for key, value in outputs.items())
 
 
 def _run_tee(session: nox.Session, args: list[str], log: Path | None) -> tuple[int, str]:
