@@ -101,7 +101,7 @@ def page(name: str, sources: Sources, figure_files: list[str]) -> str:
         "",
     ]
     for device in DEVICES:
-        lines += [f"### On {device.upper()}", "", "Upstream reported:", "", section_markdown(text.sections[f"Symptom on {device.upper()}"]), ""]
+        lines += [f"### On {device.upper()}", "", "**As upstream reported it:** " + section_markdown(text.sections[f"Symptom on {device.upper()}"]), ""]
         lines += _seen(device, [record for record in sources.records if record.device == device])
     lines += _code(case)
     lines += _evidence(case, sources.records)
@@ -113,20 +113,20 @@ def page(name: str, sources: Sources, figure_files: list[str]) -> str:
 def _seen(device: str, records: list[Record]) -> list[str]:
     if not records:
         return [f"Seen by the harness on {device.upper()}: **not yet run** (no {device} record in `results/matrix`).", ""]
-    lines = [f"Seen by the harness on {device.upper()}, verbatim from the records:", ""]
-    groups: dict[tuple, list[str]] = {}
+    lines = [f"**Seen by the harness** on {device.upper()}, verbatim from the records:", ""]
+    groups: dict[tuple, list[Record]] = {}
     for record in _by_version(records):
         figures = record.figures.get("reproduce", {})
-        key = (record.statuses.get("reproduce", "not run"), record.messages.get("reproduce", ""), figures.get("raised_at"), figures.get("output_line"), figures.get("unrelated_op_after_error"))
-        groups.setdefault(key, []).append(record.torch)
-    for (status, message, raised_at, output_line, after), versions in groups.items():
-        where = f", raised at `{raised_at}`" if raised_at else ""
-        lines += [f"- torch {', '.join(versions)} ({device}): **{status}**{where}", "", _fenced(message, indent=2)]
+        key = (record.statuses.get("reproduce", "not run"), record.messages.get("reproduce", ""), figures.get("output_line"), figures.get("unrelated_op_after_error"))
+        groups.setdefault(key, []).append(record)
+    for (status, message, output_line, after), group in groups.items():
+        raised_at = group[-1].figures.get("reproduce", {}).get("raised_at")
+        where = f", raised at `{raised_at}`" + (f" (on torch {group[-1].torch})" if len(group) > 1 else "") if raised_at else ""
+        lines += [f"**torch {', '.join(record.torch for record in group)}** ({device}): {status.replace('_', ' ')}{where}:", "", _fenced(message), ""]
         if output_line:
-            lines += ["", "  printed by the process:", "", _fenced(output_line, indent=2)]
+            lines += ["Printed by the process:", "", _fenced(output_line), ""]
         if after:
-            lines += ["", f"  an unrelated op afterwards in the same process: {after}"]
-        lines.append("")
+            lines += [f"An unrelated op afterwards, in the same process: {after}", ""]
     return lines
 
 
@@ -154,10 +154,9 @@ def _evidence(case, records: list[Record]) -> list[str]:
             cells = [_status_cell(record, phase) for record in mine]
             lines.append(f"| `{phase}` | " + " | ".join(cells) + " |")
         newest = mine[-1]
-        lines += ["", f"What each phase said on torch {newest.torch}:", "", "```text"]
-        width = max(len(phase) for phase in newest.messages)
-        lines += [f"{phase.ljust(width)}  {newest.messages[phase]}" for phase in newest.messages]
-        lines += ["```", ""]
+        lines += ["", f"What each phase said on torch {newest.torch}, verbatim:", "", "| phase | message |", "|---|---|"]
+        lines += [f"| `{phase}` | {_code_span(message)} |" for phase, message in newest.messages.items()]
+        lines.append("")
     lines += ["### Bad fixes", "", "Plausible fixes from the upstream threads, each of which the harness must reject:", ""]
     for name in case.bad_fixes:
         outcomes = _bad_fix_outcomes(name, records)
@@ -176,7 +175,7 @@ def _bad_fix_outcomes(name: str, records: list[Record]) -> list[str]:
             if phase in record.statuses:
                 groups.setdefault((record.statuses[phase], record.messages[phase]), []).append(record.torch)
         for (status, message), versions in groups.items():
-            lines += [f"- {device}, torch {', '.join(versions)}: **{status}**", "", _fenced(message, indent=2), ""]
+            lines += [f"{device.upper()}, torch {', '.join(versions)}: **{status}**, {_code_span(message)}", ""]
     return lines
 
 
@@ -185,7 +184,9 @@ def _status_cell(record: Record, phase: str) -> str:
     if status is None:
         return "-"
     ratio = record.figures.get(phase, {}).get("ratio") if phase == "speed" else None
-    text = status.replace("_", " ") + (f" {ratio:.2f}x" if isinstance(ratio, (int, float)) else "")
+    text = status.replace("_", " ")
+    if isinstance(ratio, (int, float)):  # "within budget" goes without saying; other verdicts are spelled out
+        text = f"{ratio:.2f}x" + ("" if status == "within_budget" else " " + text)
     return text if _ok(record, phase) else f"**{text}**"
 
 
@@ -302,10 +303,14 @@ def _try_it(name: str, sources: Sources) -> list[str]:
         lines += ["No hints yet.", ""]
     lines += [
         "```bash",
-        f"python -m harness case={name}                          # run every phase on this machine (CUDA when present)",
-        f"python -m harness case={name} hint=<n>                 # print hint n",
-        f"python -m harness case={name} exercise=<dir>           # write a starter file to fix into <dir>",
-        f"python -m harness case={name} fix=<file.py>:<function> # grade your fix, phase by phase",
+        "# run every phase on this machine (CUDA when present)",
+        f"python -m harness case={name}",
+        "# print hint n",
+        f"python -m harness case={name} hint=<n>",
+        "# write a starter file for your fix into <dir>",
+        f"python -m harness case={name} exercise=<dir>",
+        "# grade your fix, phase by phase",
+        f"python -m harness case={name} fix=<file.py>:<function>",
         "```",
         "",
     ]
@@ -349,10 +354,15 @@ def _by_version(records: list[Record]) -> list[Record]:
     return sorted(records, key=lambda record: Version(record.torch))
 
 
-def _fenced(text: str, indent: int = 0) -> str:
+def _code_span(text: str) -> str:
+    """Inline code that wraps in a page and keeps the text verbatim (table pipes escaped)."""
+    text = " ".join(text.split()).replace("|", "\\|")
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def _fenced(text: str) -> str:
     fence = "````" if "```" in text else "```"
-    pad = " " * indent
-    return "\n".join(pad + line for line in [fence + "text", *text.splitlines(), fence])
+    return "\n".join([fence + "text", *text.splitlines(), fence])
 
 
 # -- writing and checking --------------------------------------------------------------------
