@@ -221,7 +221,10 @@ def speed_points(records: list[Record]) -> list[SpeedPoint]:
         if not isinstance(figures.get("ratio"), (int, float)):
             continue
         points.append(
-            SpeedPoint(record.device, record.torch, record.statuses["speed"], figures["ratio"], figures.get("ratio_low"), figures.get("ratio_high"), figures.get("budget"))
+            SpeedPoint(
+                record.device, record.torch, record.statuses["speed"], figures["ratio"],
+                figures.get("ratio_low"), figures.get("ratio_high"), figures.get("budget"), figures.get("level"),
+            )
         )
     return sorted(points, key=lambda point: (point.device, Version(point.torch)))
 
@@ -266,6 +269,9 @@ def _figures_section(name: str, sources: Sources, figure_files: list[str]) -> li
             budget = point.budget if point.budget is not None else budgets.get(point.device)
             lines.append(f"| {point.device} | {point.torch} | {point.ratio:.3f}x | {interval} | {f'{budget:g}x' if budget is not None else '-'} | {point.status.replace('_', ' ')} |")
         lines.append("")
+        levels = sorted({f"{point.level:g}" for point in points if point.level is not None})
+        if any(point.ratio_low is not None for point in points):
+            lines += [f"Error bars and the interval column: the speed verdict's confidence interval of the ratio (level {', '.join(levels) or 'not recorded'}).", ""]
         if "cuda" not in {point.device for point in points}:
             lines += ["CUDA: not yet run.", ""]
     else:
@@ -333,7 +339,7 @@ def index(names: list[str], records: list[Record]) -> str:
         "the buggy code against the fix, the evidence and figures, and how to try it) and a notebook to run top to bottom "
         "from a clone (it picks CUDA when present).",
         "",
-        "| case | what goes wrong | CPU, newest torch | CUDA | notebook |",
+        "| case | what goes wrong | CPU: the failure per torch | CUDA | notebook |",
         "|---|---|---|---|---|",
     ]
     for name in names:
@@ -341,10 +347,22 @@ def index(names: list[str], records: list[Record]) -> str:
         cells = []
         for device in DEVICES:
             mine = _by_version([record for record in records if record.case == name and record.device == device])
-            cells.append(f"{mine[-1].statuses.get('reproduce', '-').replace('_', ' ')} (torch {mine[-1].torch})" if mine else "not yet run")
+            cells.append(_reproduce_summary(mine) if mine else "not yet run")
         lines.append(f"| [`{name}`]({name}.md) | {title} | {cells[0]} | {cells[1]} | [{name}.ipynb]({name}.ipynb) |")
     lines += ["", "Regenerate with `python -m harness.teach`; `python -m harness.teach --check` (and `tests/test_teach.py`) keeps this folder in sync.", ""]
     return "\n".join(lines)
+
+
+def _reproduce_summary(records: list[Record]) -> str:
+    """The reproduce status over runs of adjacent torch versions, e.g. "reproduced on 2.3.1; fixed upstream on 2.4.1 to 2.15.0"."""
+    runs: list[tuple[str, list[str]]] = []
+    for record in records:
+        status = record.statuses.get("reproduce", "-").replace("_", " ")
+        if runs and runs[-1][0] == status:
+            runs[-1][1].append(record.torch)
+        else:
+            runs.append((status, [record.torch]))
+    return "; ".join(f"{status} on {versions[0]}" + (f" to {versions[-1]}" if len(versions) > 1 else "") for status, versions in runs)
 
 
 # -- shared ----------------------------------------------------------------------------------

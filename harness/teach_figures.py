@@ -36,6 +36,7 @@ class SpeedPoint:
     ratio_low: float | None  # the interval, when the speed verdict has one
     ratio_high: float | None
     budget: float | None
+    level: float | None = None  # of the interval, e.g. 0.95
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ def speed_figure(case: str, points: list[SpeedPoint], budgets: dict[str, float])
                 xs = [versions.index(point.torch) + offsets[device] for point in with_interval]
                 ys = [point.ratio for point in with_interval]
                 spread = [[point.ratio - point.ratio_low for point in with_interval], [point.ratio_high - point.ratio for point in with_interval]]
-                axes.errorbar(xs, ys, yerr=spread, fmt="none", ecolor=colour, elinewidth=1.5, capsize=4, zorder=2)
+                label = f"{device.upper()}, confidence interval"
+                axes.errorbar(xs, ys, yerr=spread, fmt="none", ecolor=colour, elinewidth=1.5, capsize=4, zorder=2, label=label)
             if device in budgets:
                 axes.axhline(budgets[device], color=colour, linestyle="--", linewidth=1.3, label=f"{device.upper()} budget {budgets[device]:g}x")
         axes.axhline(1.0, color="grey", linewidth=0.8, linestyle=":", label="as fast as the baseline (1x)")

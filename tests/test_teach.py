@@ -112,7 +112,7 @@ def test_new_speed_verdicts_draw_their_interval_and_cuda_records_replace_not_yet
     changed = material(["embedding_oob"], records)
     page = changed["embedding_oob.md"]
     low, high = speed["figures"]["ratio_low"], speed["figures"]["ratio_high"]
-    assert f"| {low:.3f} - {high:.3f} |" in page and "| inconclusive |" in page
+    assert f"| {low:.3f} - {high:.3f} |" in page and "| inconclusive |" in page and "confidence interval of the ratio (level 0.95)" in page
     assert "| `slow_fix:sync_check` |" in page
     assert "Seen by the harness on CUDA: **not yet run**" not in page and "**Seen by the harness** on CUDA" in page
     assert "CUDA: not yet run." not in page
