@@ -1,0 +1,170 @@
+"""The teaching pages, notebooks and figures (harness/teach.py): in sync with the cases and records, complete, runnable."""
+
+import io
+import json
+import re
+import shutil
+
+import markdown
+import matplotlib.image
+import nbformat
+import numpy as np
+import pytest
+import yaml
+from nbclient import NotebookClient
+
+from harness.cases import CASE_CONFIG_DIR, ROOT, case_names
+from harness.teach import DOCS, RECORDS, main, material, stale
+from tests.conftest import compose_config
+
+GRADE_OPTIONS = ("fix", "hint", "exercise")
+
+
+@pytest.fixture(scope="module")
+def generated():
+    return material(case_names(), RECORDS)
+
+
+def test_committed_pages_notebooks_and_figures_are_in_sync(generated):
+    problems = stale(generated, DOCS, every_case=True)
+    assert problems == [], "regenerate with `python -m harness.teach`:\n" + "\n".join(problems)
+
+
+def test_generating_twice_gives_the_same_bytes(generated):
+    again = material(case_names(), RECORDS)
+    assert again.keys() == generated.keys()
+    assert [name for name in generated if again[name] != generated[name]] == []
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_each_page_holds_story_symptoms_code_evidence_figures_and_commands(generated, name):
+    page = generated[f"{name}.md"]
+    for heading in ("## Story", "## Symptoms", "### On CPU", "### On CUDA", "## Code", "## Evidence", "### Bad fixes", "## Figures", "## Try it"):
+        assert f"\n{heading}\n" in page, heading
+    assert "```diff\n--- buggy\n+++ fixed\n" in page
+    assert "def reference(" in page
+    for command in (f"python -m harness case={name} fix=<file.py>:<function>", f"python -m harness case={name} hint=<n>", f"python -m harness case={name} exercise=<dir>"):
+        assert command in page
+    cuda_records = list(RECORDS.rglob(f"{name}.cuda.json"))
+    assert ("Seen by the harness on CUDA: **not yet run**" in page) == (not cuda_records)
+    newest_cpu = json.loads(max(RECORDS.rglob(f"{name}.cpu.json"), key=lambda path: _version(path)).read_text())
+    reproduce = next(phase for phase in newest_cpu["phases"] if phase["phase"] == "reproduce")
+    assert reproduce["message"] in page, "the symptom seen is quoted verbatim from the record"
+    assert f"![{name}: time of the fix" in page and f"{name}.speed.png" in generated
+
+
+def test_hints_are_rendered_and_no_hints_yet_only_while_no_yaml_has_them(generated):
+    configs = {name: yaml.safe_load((CASE_CONFIG_DIR / f"{name}.yaml").read_text()) for name in case_names()}
+    any_hints = any(config.get("hints") for config in configs.values())
+    for name, config in configs.items():
+        page = generated[f"{name}.md"]
+        for hint in config.get("hints") or []:
+            assert hint.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in page
+        assert ("No hints yet." in page) == (not any_hints), name
+
+
+def test_the_grade_commands_on_the_pages_are_accepted_once_grading_has_landed():
+    top = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
+    if not all(option in top for option in GRADE_OPTIONS):
+        pytest.skip("the grading options (fix, hint, exercise) are not in conf/config.yaml yet")
+    for override in ("hint=1", "exercise=some_dir", "fix=some_fix.py:fix"):
+        assert compose_config("case=embedding_oob", override)[override.split("=")[0]] is not None
+
+
+def test_index_links_every_page_and_notebook_and_the_readme_links_the_index(generated):
+    index = generated["README.md"]
+    for name in case_names():
+        assert f"[`{name}`]({name}.md)" in index and f"({name}.ipynb)" in index
+    assert "(docs/cases/README.md)" in (ROOT / "README.md").read_text()
+
+
+def test_pages_render_to_html_with_every_image_and_link_resolving(generated):
+    for name in [*case_names(), "README"]:
+        html = markdown.markdown(generated[f"{name}.md"], extensions=["fenced_code", "tables"])
+        targets = re.findall(r'(?:src|href)="([^"]+)"', html)
+        local = [target for target in targets if not target.startswith(("http://", "https://"))]
+        assert local, name
+        for target in local:
+            assert target in generated or (DOCS / target).resolve().exists(), f"{name}.md links {target}, which does not exist"
+
+
+def test_figures_are_readable_pngs_at_page_width(generated):
+    for file_name, content in generated.items():
+        if file_name.endswith(".png"):
+            pixels = matplotlib.image.imread(io.BytesIO(content))
+            assert 700 <= pixels.shape[1] <= 1000, file_name  # GitHub shows up to about 880 px: no shrinking to illegibility
+
+
+def test_new_speed_verdicts_draw_their_interval_and_cuda_records_replace_not_yet_run(tmp_path, generated):
+    records = tmp_path / "matrix"
+    shutil.copytree(RECORDS, records)
+    newest = max(records.rglob("embedding_oob.cpu.json"), key=_version)
+    data = json.loads(newest.read_text())
+    speed = next(phase for phase in data["phases"] if phase["phase"] == "speed")
+    speed["status"] = "inconclusive"
+    speed["figures"].update(ratio_low=speed["figures"]["ratio"] * 0.9, ratio_high=speed["figures"]["ratio"] * 1.3, level=0.95, samples=21, processes=3)
+    data["phases"].append({"phase": "slow_fix:sync_check", "status": "flagged", "ok": True, "message": "flagged: 3.1x over budget", "figures": {}})
+    newest.write_text(json.dumps(data))
+    cuda = newest.with_name("embedding_oob.cuda.json")
+    data["device"] = "cuda"
+    cuda.write_text(json.dumps(data))
+
+    changed = material(["embedding_oob"], records)
+    page = changed["embedding_oob.md"]
+    low, high = speed["figures"]["ratio_low"], speed["figures"]["ratio_high"]
+    assert f"| {low:.3f} - {high:.3f} |" in page and "| inconclusive |" in page and "confidence interval of the ratio (level 0.95)" in page
+    assert "| `slow_fix:sync_check` |" in page
+    assert "Seen by the harness on CUDA: **not yet run**" not in page and "**Seen by the harness** on CUDA" in page
+    assert "CUDA: not yet run." not in page
+    before = matplotlib.image.imread(io.BytesIO(generated["embedding_oob.speed.png"]))
+    after = matplotlib.image.imread(io.BytesIO(changed["embedding_oob.speed.png"]))
+    assert before.shape != after.shape or not np.array_equal(before, after)
+
+
+def test_check_names_each_stale_file_and_exits_1(tmp_path, generated, capsys):
+    out = tmp_path / "cases"
+    assert main(["--out", str(out)]) == 0
+    assert main(["--out", str(out), "--check"]) == 0
+    page = out / "embedding_oob.md"
+    page.write_text(page.read_text().replace("IndexError", "KeyError"))
+    (out / "gone_case.md").write_text("left behind\n")
+    figure = out / "codebook_oob.speed.png"
+    figure.write_bytes(generated["embedding_oob.bad_fixes.png"])  # another figure: other pixels, other size
+    capsys.readouterr()
+    assert main(["--out", str(out), "--check"]) == 1
+    printed = capsys.readouterr().out
+    assert "embedding_oob.md: differs" in printed and "gone_case.md: not generated any more" in printed and "codebook_oob.speed.png: figure differs" in printed
+    assert main(["--out", str(out)]) == 0 and not (out / "gone_case.md").exists()
+    assert main(["--out", str(out), "--check"]) == 0
+
+
+def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys):
+    assert main(["no_such_case"]) == 2
+    assert main(["--records", str(tmp_path / "missing")]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_each_notebook_runs_top_to_bottom_on_cpu(name):
+    book = nbformat.reads((DOCS / f"{name}.ipynb").read_text(), as_version=4)
+    assert all(not cell.get("outputs") for cell in book.cells if cell.cell_type == "code"), "committed without outputs"
+    NotebookClient(book, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(DOCS)}}).execute()
+    printed = "\n".join(output.get("text", "") for cell in book.cells if cell.cell_type == "code" for output in cell.outputs)
+    assert "running on cpu" in printed
+    assert re.search(r"^(reproduced|fixed_upstream): ", printed, re.M), printed[:2000]
+    assert "fix vs reference: match" in printed
+    assert all(f"bad fix {bad}: rejected" in printed for bad in _bad_fix_names(name)), printed[-3000:]
+    assert re.search(r"fix [\d.]+ ms, baseline [\d.]+ ms: [\d.]+x", printed)
+
+
+def _bad_fix_names(name):
+    from harness.cases import load_case
+
+    return list(load_case(name).bad_fixes)
+
+
+def _version(path):
+    from packaging.version import Version
+
+    return Version(json.loads(path.read_text())["environment"]["torch"])
