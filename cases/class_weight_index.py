@@ -37,14 +37,17 @@ Cause: the mean's denominator is `torch.stack([class_weight[cls] for cls in labe
     class of the 19. The loss itself, `F.cross_entropy(..., ignore_index=255)`, handles 255; only
     this lookup fails.
 
-Fix: compute the denominator without looking up ignored pixels and without the Python loop: append
-    one weight for "ignored" (0 for `avg_non_ignore=True`, 1 for False), send ignored pixels to it,
-    sum, and hand that to upstream's own `cross_entropy` as `avg_factor`, which then skips its
-    branch. With True this is F.cross_entropy(pred, label, weight=w, ignore_index=255). False should
-    keep every pixel in the denominator, a labelled one by its class weight and an ignored one (no
+Fix: where upstream's arguments make its mean exactly PyTorch's weighted mean (`avg_non_ignore=True`,
+    class weights, no per-pixel weight, no `avg_factor`, reduction mean: PIDHead's call), take the fused
+    `F.cross_entropy(pred, label, weight=w, ignore_index=255)`. Elsewhere keep upstream's own path and
+    hand it the denominator it fails to compute, without looking up ignored pixels and without the
+    Python loop: append one weight for "ignored" (0 for `avg_non_ignore=True`, 1 for False), send
+    ignored pixels to it, sum, and pass that as `avg_factor`, which skips the broken branch. False
+    keeps every pixel in the denominator, a labelled one by its class weight and an ignored one (no
     class) by 1: with all weights 1 that is upstream's unweighted `label.numel()`, with nothing
-    ignored it equals True. Thread workarounds: commenting out the class-weight branch (#3574,
-    #3724) divides the weighted sum by all pixels (the bad-fix phase measures how far that moves the
+    ignored it equals True. The reference spells the mean out in float64 (log-softmax, gather,
+    weighted sums), so the check does not compare the fused call with itself. Thread workarounds: commenting out
+    the class-weight branch (#3574, #3724) divides the weighted sum by all pixels (the bad-fix phase measures how far that moves the
     loss). Padding with -1 and `ignore_index=-1` (#3864) crashes on Cityscapes, whose own void label
     is 255; with every ignored pixel -1 it gives the right value for True only because
     `class_weight[-1]` wraps to the last class before the mask zeroes it (see the test file).
