@@ -14,6 +14,8 @@
 
 "error" means the case itself broke (e.g. `make_inputs` raised): not a verdict on the bug.
 Children get the case by name (`cfg.name`) and import it from the fork server's preload.
+When a submitted fix is graded (harness/grade.py), `fix_under_test` hands fix, correct and speed that
+fix instead of `fixed`, and speed times it against the case's own `fixed`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from harness.cases import load_case
 from harness.compare import compare, describe
 from harness.isolate import ChildResult, Failure, run_isolated
 from harness.records import PhaseRecord
+from harness.submitted import load_submitted, submission_of
 from harness.timing import steady_cpu_allocator, synchronize, time_pair
 
 PHASES = ("reproduce", "fix", "correct", "speed", "bad_fixes")
@@ -53,6 +56,12 @@ def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings)
             yield bad_fix(name, case, cfg, settings)
     else:
         yield {"reproduce": reproduce, "fix": fix, "correct": correct, "speed": speed}[phase](case, cfg, settings)
+
+
+def fix_under_test(case: ModuleType, cfg: DictConfig) -> Callable:
+    """In a child: the case's own `fixed`, or the submitted fix when grading (loaded here by path, never pickled)."""
+    submission = submission_of(cfg)
+    return case.fixed if submission is None else load_submitted(submission, case)
 
 
 # -- reproduce -----------------------------------------------------------------------------
@@ -109,10 +118,11 @@ def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
 
 def _fix_in_child(cfg: DictConfig, device: str) -> tuple[str | None, Failure | None, bool]:
     case = load_case(cfg.name)
+    function = fix_under_test(case, cfg)
     inputs = case.make_inputs(cfg, device)
     check_sync = device == "cuda" and bool(cfg.get("fix_must_not_sync", False))
     with _sync_forbidden() if check_sync else contextlib.nullcontext():
-        output, failure = _call(case.fixed, inputs, device, synchronise=False)
+        output, failure = _call(function, inputs, device, synchronise=False)
     if failure is None:
         _, failure = _call(lambda _: None, None, device)  # synchronise, so asynchronous errors surface here
     return (describe(output) if failure is None else None), failure, check_sync
@@ -145,7 +155,7 @@ def _compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dic
     """Compare `fixed` (candidate FIXED) or the bad fix named `candidate` with the reference."""
     case = load_case(cfg.name)
     inputs = case.make_inputs(cfg, device)
-    got, failure = _call(case.fixed if candidate == FIXED else case.bad_fixes[candidate], inputs, device)
+    got, failure = _call(fix_under_test(case, cfg) if candidate == FIXED else case.bad_fixes[candidate], inputs, device)
     if failure is not None:
         return None, failure
     want, failure = _call(case.reference, inputs, device)
@@ -182,9 +192,11 @@ def _speed_in_child(cfg: DictConfig, settings: Settings) -> tuple[dict | None, F
         torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
         steady_allocator = steady_cpu_allocator()
     inputs = case.make_inputs(speed_cfg, settings.device)
-    candidate = getattr(case, "speed_candidate", case.fixed)
+    candidate, baseline = getattr(case, "speed_candidate", case.fixed), case.speed_baseline
+    if submission_of(cfg) is not None:  # grading: the submitted fix against the model solution
+        candidate, baseline = fix_under_test(case, cfg), case.fixed
     try:
-        figures = time_pair(candidate, case.speed_baseline, inputs, device=settings.device, warmup=settings.warmup, repeats=settings.repeats)
+        figures = time_pair(candidate, baseline, inputs, device=settings.device, warmup=settings.warmup, repeats=settings.repeats)
     except Exception as error:  # noqa: BLE001
         return None, Failure.from_exception(error)
     return {**figures, "cpu_threads": torch.get_num_threads(), "steady_allocator": steady_allocator}, None
@@ -218,7 +230,7 @@ def _call(function: Callable, inputs: Any, device: str, *, synchronise: bool = T
         if synchronise:
             synchronize(device)
         return output, None
-    except Exception as error:  # noqa: BLE001 - every failure of case code is a result
+    except BaseException as error:  # noqa: BLE001 - every failure of case (or submitted) code is a result, SystemExit too
         return None, Failure.from_exception(error)
 
 
