@@ -98,7 +98,7 @@ def _run(cfg: DictConfig, output_dir: Path, console: Console | None = None) -> _
             return _write_exercise(cfg)
         submitted = submitted_fix(cfg)
         if submitted is not None:
-            console.print(f"[bold]grading a submitted fix[/bold]: {escape(submitted.spec)} (sha256 {submitted.sha256[:12]}) on case {cfg.case.name}", highlight=False)
+            console.print(f"[bold]grading a submitted fix[/bold]: {escape(submitted.spec)} (sha256 {submitted.sha256[:12]}) on case {cfg.case.name}", highlight=False, soft_wrap=True)
         if _environment is None:  # probed once per process: a multirun reuses it
             _environment = probe_environment()
         device = resolve_device(cfg.device, _environment)
@@ -128,7 +128,7 @@ def _print_verdict(console: Console, record, submitted) -> int:
         console.print("the case's own fix, against yours:", highlight=False)
         console.print(escape(grade.solution_diff(submitted, load_case(record.case))), highlight=False)
     colour = "green" if verdict.accepted else "red"
-    console.print(f"[{colour}]{escape(verdict.line)}[/{colour}]", highlight=False)
+    console.print(f"[{colour}]{escape(verdict.line)}[/{colour}]", highlight=False, soft_wrap=True)  # one line, whatever its length
     return EXIT_OK if verdict.accepted else EXIT_CHECK_FAILED
 
 
