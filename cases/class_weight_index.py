@@ -120,7 +120,6 @@ class Inputs(NamedTuple):
     ignore_index: int
     image_height: int
     loss: nn.Module  # upstream CrossEntropyLoss built from the config dict
-    fixed_loss: nn.Module  # the same, its `cross_entropy` replaced by `fixed_cross_entropy`
 
 
 def make_inputs(cfg, device):
@@ -144,7 +143,6 @@ def make_inputs(cfg, device):
         ignore_index=cfg.ignore_index,
         image_height=sizes.image_height,
         loss=build_loss(config),
-        fixed_loss=build_loss(config, criterion=fixed_cross_entropy),
     )
 
 
@@ -161,7 +159,9 @@ def buggy(x):
 
 
 def fixed(x):
-    return x.fixed_loss(x.pred, x.label, ignore_index=x.ignore_index)
+    loss = copy.copy(x.loss)  # the inputs carry upstream's loss only: the fix is not handed to whoever grades against it
+    loss.cls_criterion = fixed_cross_entropy
+    return loss(x.pred, x.label, ignore_index=x.ignore_index)
 
 
 def fixed_cross_entropy(

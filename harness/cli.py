@@ -3,6 +3,9 @@
 Exit status: 0 every phase met its expectation; 1 some phase did not;
 2 the command line or config is wrong (Hydra's own config errors included);
 3 the requested device is not available.
+With fix=<file.py>:<function> (grading, harness/grade.py): 0 accepted, 1 rejected, 2 bad usage (no such
+file or function, a syntax or import error in it), 3 no device. hint=<n> and exercise=<dir> print or
+write, then exit 0 (2 on bad usage).
 
 A multirun's summary and exit status come from its jobs' files on disk (harness/sweep.py), so
 they are right whichever launcher ran the jobs.
@@ -23,11 +26,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.console import Console
+from rich.markup import escape
 
-from harness import sweep
+from harness import grade, sweep
 from harness.cases import ROOT
 from harness.report import print_progress, print_report
-from harness.run import ConfigError, DeviceUnavailable, probe_environment, resolve_device, run_case, validate
+from harness.cases import load_case
+from harness.run import ConfigError, DeviceUnavailable, probe_environment, resolve_device, run_case, submitted_fix, validate
 from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, read_token, report_sweep, write_status
 
 EXIT_USAGE, EXIT_NO_DEVICE = 2, 3
@@ -86,6 +91,14 @@ def _run(cfg: DictConfig, output_dir: Path, console: Console | None = None) -> _
     console = console or _console()
     try:
         validate(cfg)
+        if cfg.hint is not None:
+            print(grade.hint(cfg.case, cfg.hint))
+            return _Outcome(EXIT_OK)
+        if cfg.exercise is not None:
+            return _write_exercise(cfg)
+        submitted = submitted_fix(cfg)
+        if submitted is not None:
+            console.print(f"[bold]grading a submitted fix[/bold]: {escape(submitted.spec)} (sha256 {submitted.sha256[:12]}) on case {cfg.case.name}", highlight=False, soft_wrap=True)
         if _environment is None:  # probed once per process: a multirun reuses it
             _environment = probe_environment()
         device = resolve_device(cfg.device, _environment)
@@ -103,8 +116,29 @@ def _run(cfg: DictConfig, output_dir: Path, console: Console | None = None) -> _
         print(f"error: {error}", file=sys.stderr)
         return _Outcome(EXIT_NO_DEVICE, error=str(error))
     with console:  # one write: parallel jobs' reports do not interleave
-        print_report(console, record, path)
+        print_report(console, record, path, show_fix=submitted is None or grade.verdict(record).accepted)
+        if submitted is not None:
+            return _Outcome(_print_verdict(console, record, submitted), record_name=path.name)
     return _Outcome(EXIT_OK if record.ok else EXIT_CHECK_FAILED, record_name=path.name)
+
+
+def _print_verdict(console: Console, record, submitted) -> int:
+    verdict = grade.verdict(record)
+    if verdict.accepted:
+        console.print("the case's own fix, against yours:", highlight=False)
+        console.print(escape(grade.solution_diff(submitted, load_case(record.case))), highlight=False)
+    colour = "green" if verdict.accepted else "red"
+    console.print(f"[{colour}]{escape(verdict.line)}[/{colour}]", highlight=False, soft_wrap=True)  # one line, whatever its length
+    return EXIT_OK if verdict.accepted else EXIT_CHECK_FAILED
+
+
+def _write_exercise(cfg: DictConfig) -> _Outcome:
+    try:
+        path = grade.write_exercise(cfg.case.name, str(cfg.exercise))
+    except OSError as error:
+        raise ConfigError(str(error)) from None
+    print(f"wrote {path}\ngrade it with: python -m harness case={cfg.case.name} fix={path}:{grade.EXERCISE_FUNCTION}")
+    return _Outcome(EXIT_OK)
 
 
 def _console() -> Console:

@@ -20,6 +20,11 @@ def flatten_tensors(output: Any) -> list[torch.Tensor]:
 
 
 def describe(output: Any) -> str:
+    """Shapes and dtypes of the tensors in `output`; a submitted fix may return anything else."""
+    try:
+        flatten_tensors(output)
+    except TypeError:
+        return f"{type(output).__name__}, not tensors"
     return ", ".join(f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in flatten_tensors(output))
 
 

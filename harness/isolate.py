@@ -17,6 +17,10 @@ The child gets its own process group (so grandchildren die with it), writes
 stdout and stderr to a file (CUDA prints device assertions there, faulthandler
 prints the Python stack of a native crash there) and sends its result back as a
 pickle. Whatever happens to the child, the caller gets a `ChildResult`.
+
+The child may run code nobody reviewed (a fix submitted for grading), which could write any pickle
+to the result file: the parent unpickles only plain data (`PLAIN_GLOBALS`: no class but `Failure`,
+so no `__reduce__` runs code in the parent). Tensors travel as `torch.save` bytes.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 OUTPUT_TAIL_CHARS = 20_000
+PLAIN_GLOBALS = {("harness.isolate", "Failure"), ("builtins", "complex"), ("torch.torch_version", "TorchVersion")}  # TorchVersion: a str  # besides None, bool, int, float, complex, str, bytes, tuple, list, dict, set
 
 
 @dataclass(frozen=True)
@@ -117,12 +122,25 @@ def run_isolated(function: Callable[..., Any], *args: Any, timeout_s: float, **k
             return ChildResult("signalled", seconds, signal=_signal_name(-child.exitcode), output=output)
         try:
             with open(result_path, "rb") as result_file:
-                kind, payload = pickle.load(result_file)
+                kind, payload = _PlainUnpickler(result_file).load()
+        except NotPlainData as error:
+            return ChildResult("raised", seconds, failure=Failure.from_exception(error), output=output)
         except (OSError, EOFError, pickle.UnpicklingError):
             return ChildResult("exited", seconds, exit_code=child.exitcode, output=output)
         if kind == "returned":
             return ChildResult("returned", seconds, value=payload, output=output)
         return ChildResult("raised", seconds, failure=payload, output=output)
+
+
+class NotPlainData(pickle.UnpicklingError):
+    """A child's result named a class or function: refused unread."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in PLAIN_GLOBALS:
+            return super().find_class(module, name)
+        raise NotPlainData(f"the child's result holds {module}.{name}, not plain data (return plain values; tensors as torch.save bytes)")
 
 
 def _use_a_stdlib_start_method() -> None:

@@ -19,6 +19,8 @@
 
 "error" means the case itself broke (e.g. `make_inputs` raised): not a verdict on the bug.
 Children get the case by name (`cfg.name`) and import it from the fork server's preload.
+When a submitted fix is graded (harness/grade.py), `fix_under_test` hands fix, correct and speed that
+fix instead of `fixed`, and speed times it against the case's own `fixed`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from harness.cases import load_case
 from harness.compare import compare, describe
 from harness.isolate import ChildResult, Failure, run_isolated
 from harness.records import PhaseRecord
+from harness.submitted import load_submitted, submission_of
 from harness.timing import PairedSamples, estimate_ratio, judge, paired_samples, steady_cpu_allocator, synchronize
 
 PHASES = ("reproduce", "fix", "correct", "speed", "slow_fixes", "bad_fixes")
@@ -76,6 +79,12 @@ def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings)
         yield from speed(case, cfg, settings)
     else:
         yield {"reproduce": reproduce, "fix": fix, "correct": correct}[phase](case, cfg, settings)
+
+
+def fix_under_test(case: ModuleType, cfg: DictConfig) -> Callable:
+    """In a child: the case's own `fixed`, or the submitted fix when grading (loaded here by path, never pickled)."""
+    submission = submission_of(cfg)
+    return case.fixed if submission is None else load_submitted(submission, case)
 
 
 # -- reproduce -----------------------------------------------------------------------------
@@ -133,10 +142,11 @@ def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
 
 def _fix_in_child(cfg: DictConfig, device: str) -> tuple[str | None, Failure | None, bool]:
     case = load_case(cfg.name)
+    function = fix_under_test(case, cfg)
     inputs = case.make_inputs(cfg, device)
     check_sync = device == "cuda" and bool(cfg.get("fix_must_not_sync", False))
     with _sync_forbidden() if check_sync else contextlib.nullcontext():
-        output, failure = _call(case.fixed, inputs, device, synchronise=False)
+        output, failure = _call(function, inputs, device, synchronise=False)
     if failure is None:
         _, failure = _call(lambda _: None, None, device)  # synchronise, so asynchronous errors surface here
     return (describe(output) if failure is None else None), failure, check_sync
@@ -173,7 +183,7 @@ def _compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dic
     """
     case = load_case(cfg.name)
     inputs = case.make_inputs(cfg, device)
-    got, failure = _call(_function(case, candidate), inputs, device)
+    got, failure = _call(_function(case, candidate, cfg), inputs, device)
     if failure is not None:
         return None, failure
     partial = candidate.startswith(SLOW_FIX) and hasattr(case, SPEED_CANDIDATE)
@@ -215,9 +225,10 @@ def _timed(
         result = run_isolated(_speed_in_child, candidate, baseline, inputs, cfg, settings, timeout_s=settings.timeout_s)
         if result.status != "returned":
             return _abnormal(phase, result), ""
-        samples, failure = result.value
+        value, failure = result.value
         if failure is not None:
             return _record(phase, "raised", False, failure.headline, result), "raised"
+        samples = PairedSamples(*value)
         processes.append(samples)
         if len(processes) < timing.min_processes:
             continue
@@ -240,21 +251,24 @@ def _timed(
     return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output), verdict
 
 
-def _speed_in_child(candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings) -> tuple[PairedSamples | None, Failure | None]:
+def _speed_in_child(candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings) -> tuple[tuple | None, Failure | None]:
     case = load_case(cfg.name)
     speed_cfg = OmegaConf.merge(cfg, OmegaConf.select(cfg, "speed.inputs") or {}, inputs or {})
     if settings.device == "cpu":
         torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
         steady_cpu_allocator()
+    candidate_function, baseline_function = _function(case, candidate, cfg), getattr(case, baseline)
+    if submission_of(cfg) is not None and candidate == SPEED_CANDIDATE:  # grading: the submitted fix against the model solution
+        baseline_function = case.fixed
     try:
         inputs = case.make_inputs(speed_cfg, settings.device)
         samples = paired_samples(
-            _function(case, candidate), getattr(case, baseline), inputs, device=settings.device, warmup=settings.speed.warmup, pairs=settings.speed.pairs,
+            candidate_function, baseline_function, inputs, device=settings.device, warmup=settings.speed.warmup, pairs=settings.speed.pairs,
             min_s=settings.speed.process_s,
         )
     except Exception as error:  # noqa: BLE001
         return None, Failure.from_exception(error)
-    return samples, None
+    return (samples.candidate_s, samples.baseline_s, samples.calls_per_sample), None  # plain data back to the parent
 
 
 # -- slow fixes: controls that show the speed phase can fail ------------------------------
@@ -301,10 +315,11 @@ def bad_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) ->
 # -- shared --------------------------------------------------------------------------------
 
 
-def _function(case: ModuleType, name: str) -> Callable[[Any], Any]:
-    """The case function a phase runs: FIXED, SPEED_CANDIDATE (default `fixed`), "slow_fix:<name>", or a bad fix's name."""
-    if name == FIXED:
-        return case.fixed
+def _function(case: ModuleType, name: str, cfg: DictConfig) -> Callable[[Any], Any]:
+    """The case function a phase runs: FIXED, SPEED_CANDIDATE (default `fixed`), "slow_fix:<name>", or a bad
+    fix's name. When grading, FIXED and SPEED_CANDIDATE are the submitted fix (`fix_under_test`)."""
+    if name == FIXED or (name == SPEED_CANDIDATE and submission_of(cfg) is not None):
+        return fix_under_test(case, cfg)
     if name == SPEED_CANDIDATE:
         return getattr(case, SPEED_CANDIDATE, case.fixed)
     if name.startswith(SLOW_FIX):
@@ -320,7 +335,7 @@ def _call(function: Callable, inputs: Any, device: str, *, synchronise: bool = T
         if synchronise:
             synchronize(device)
         return output, None
-    except Exception as error:  # noqa: BLE001 - every failure of case code is a result
+    except BaseException as error:  # noqa: BLE001 - every failure of case (or submitted) code is a result, SystemExit too
         return None, Failure.from_exception(error)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import ROOT
+from harness.submitted import Submission
 
 UPSTREAM_PACKAGES = ("torch", "snac", "speechbrain", "torchaudio", "mmsegmentation", "mmengine", "mmcv", "mmcv-lite", "hydra-core", "numpy")
 
@@ -40,6 +41,8 @@ class CaseRecord:
     config: dict[str, Any]
     phases: list[PhaseRecord] = field(default_factory=list)
     finished_at: str | None = None  # None while running: a record left like that was cut short
+    graded_fix: Submission | None = None  # set when a submitted fix was graded (fix=<file.py>:<function>)
+    verdict: str | None = None  # the grade's last line: "accepted: ..." or "rejected by <check>: ..."
 
     @property
     def ok(self) -> bool:
@@ -67,7 +70,10 @@ def load_record(path: Path) -> CaseRecord:
     phase_fields = {f.name for f in dataclasses.fields(PhaseRecord)}
     record_fields = {f.name for f in dataclasses.fields(CaseRecord)} - {"phases"}
     phases = [PhaseRecord(**{k: v for k, v in phase.items() if k in phase_fields}) for phase in data.get("phases", [])]
-    return CaseRecord(**{k: v for k, v in data.items() if k in record_fields}, phases=phases)
+    record = CaseRecord(**{k: v for k, v in data.items() if k in record_fields}, phases=phases)
+    if isinstance(record.graded_fix, dict):
+        record.graded_fix = Submission(**record.graded_fix)
+    return record
 
 
 def host_environment() -> dict[str, Any]:

@@ -50,7 +50,8 @@ def print_progress(console: Console, case: str, device: str, phase: str, record:
         console.print(f"[dim]{case} on {device}:[/dim] {record.phase} {_mark(record)} {_status(record)} [dim]({record.seconds:.2f} s)[/dim]")
 
 
-def print_report(console: Console, record: CaseRecord, path: Path) -> None:
+def print_report(console: Console, record: CaseRecord, path: Path, show_fix: bool = True) -> None:
+    """`show_fix=False` leaves the case's fix out (a grade not yet accepted: the solution comes after a pass)."""
     text = case_text(load_case(record.case))
     console.rule(f"[bold]{record.case}[/bold] on {record.device}")
     console.print(f"[bold]{escape(text.title)}[/bold]")
@@ -66,7 +67,8 @@ def print_report(console: Console, record: CaseRecord, path: Path) -> None:
             if seen.figures.get(key):
                 console.print(f"  {key.replace('_', ' ')}: {escape(str(seen.figures[key]))}", highlight=False)
     console.print(f"\n[bold]Cause:[/bold] {escape(text.sections['Cause'])}")
-    console.print(f"[bold]Fix:[/bold] {escape(text.sections['Fix'])}\n")
+    if show_fix:
+        console.print(f"[bold]Fix:[/bold] {escape(text.sections['Fix'])}\n")
 
     table = Table(show_lines=False)
     table.add_column("phase")

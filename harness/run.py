@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness import grade
 from harness.cases import case_names, case_text, load_case
 from harness.isolate import preload, run_isolated
 from harness.phases import PHASES, Settings, SpeedSettings, run_phase
@@ -51,6 +53,30 @@ def validate(cfg: DictConfig) -> None:
         for key, value in (OmegaConf.select(cfg.case, scope) or {}).items():
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"case.{scope}.{key}={value}: sizes must be positive integers")
+    if sum(cfg.get(key) is not None for key in ("fix", "hint", "exercise")) > 1:
+        raise ConfigError("fix=, hint= and exercise= are separate commands: give one of them")
+    if cfg.get("hint") is not None and grade.hint_problem(cfg.case, cfg.hint):
+        raise ConfigError(grade.hint_problem(cfg.case, cfg.hint))
+    if cfg.get("exercise") is not None and not str(cfg.exercise).strip():
+        raise ConfigError("exercise=: name a directory for the starter file")
+    submitted_fix(cfg)
+
+
+def submitted_fix(cfg: DictConfig) -> grade.Submission | None:
+    """The fix= submission, checked (its import runs in a child, once per file version); None without fix=."""
+    if cfg.get("fix") is None:
+        return None
+    preload_cases()  # the import check starts the fork server: let it preload the cases first
+    try:
+        path = Path(str(cfg.fix).rpartition(":")[0]).expanduser()
+        return _checked_submission(str(cfg.fix), float(cfg.timeout_s), grade.file_sha256(path) if path.is_file() else "")
+    except grade.BadSubmission as error:
+        raise ConfigError(str(error)) from None
+
+
+@functools.cache
+def _checked_submission(spec: str, timeout_s: float, sha256: str) -> grade.Submission:  # sha256: a changed file is checked again
+    return grade.submission(spec, timeout_s)
 
 
 def speed_settings(cfg: DictConfig) -> SpeedSettings:
@@ -97,6 +123,9 @@ def run_case(
     validate(cfg)
     preload_cases()
     case = load_case(cfg.case.name)
+    submitted = submitted_fix(cfg)
+    case_cfg = cfg.case if submitted is None else grade.graded_config(cfg.case, submitted)
+    phase_runner = run_phase if submitted is None else grade.run_phase
     settings = Settings(device=device, timeout_s=float(cfg.timeout_s), speed=speed_settings(cfg), cpu_threads=int(cfg.speed.cpu_threads))
     record = CaseRecord(
         case=cfg.case.name,
@@ -105,15 +134,18 @@ def run_case(
         started_at=now(),
         environment=environment,
         config=OmegaConf.to_container(cfg, resolve=True),
+        graded_fix=submitted,
     )
     path = output_dir / f"{cfg.case.name}.{device}.json"
     write_record(record, path)
     for phase in cfg.phases:
         on_phase(phase, None)
-        for phase_record in run_phase(phase, case, cfg.case, settings):
+        for phase_record in phase_runner(phase, case, case_cfg, settings):
             record.phases.append(phase_record)
             write_record(record, path)
             on_phase(phase, phase_record)
     record.finished_at = now()
+    if submitted is not None:
+        record.verdict = grade.verdict(record).line
     write_record(record, path)
     return record, path

@@ -39,7 +39,7 @@ from harness.phases import Settings
 case = load_case("CASE_NAME")
 cfg = OmegaConf.load(ROOT / "conf" / "case" / "CASE_NAME.yaml")  # sizes, tolerance and speed budget of the case
 device = "cuda" if torch.cuda.is_available() else "cpu"  # on a GPU you see the device-side assert for real
-settings = Settings(device=device, timeout_s=300, warmup=2, repeats=5)
+settings = Settings(device=device, timeout_s=300)
 print(f"torch {torch.__version__}, running on {device}")
 '''
 

@@ -1,0 +1,386 @@
+"""Grade a fix written by someone else: `python -m harness case=<name> fix=<file.py>:<function>`.
+
+The submitted function replaces the case's `fixed` in the fix, correct and speed phases (see
+`harness.phases.fix_under_test`); reproduce and the bad fixes run as always. Grading adds what a
+fix written by someone else needs and the case's own does not:
+
+    correct                the submitted fix runs in one child (the file imported there, never in the
+    correct:second_inputs  parent); its output and its inputs afterwards come back as `torch.save` bytes.
+                           A second, clean child, where the submitted code never ran, builds the inputs
+                           again, computes the reference from them, loads the bytes (`weights_only`) and
+                           judges, first failure first:
+                               wrong_output    not tensors, or another count, shape, dtype or device
+                               mismatch        values beyond the case's tolerance
+                               aliases_input   an output shares storage with an input
+                               changed_inputs  a tensor, parameter, buffer or plain attribute of the inputs changed
+                           `correct:second_inputs` does it again on inputs from seed + 1, in fresh
+                           processes: a remembered or hard-coded result fails there.
+    speed                  the submitted fix timed against the case's `fixed` (the model solution), judged
+                           against `speed.grade_budget` where a case sets one, else `speed.budget`;
+                           implausibly_fast below IMPLAUSIBLY_FAST times the model solution.
+
+A crash or a hang is the verdict `crashed` or `timeout`. The verdict comes from the records, never
+from what the submitted code printed. What the graded process reports about its inputs could be
+forged by code that subverts the harness inside that process; its output cannot pass that way, as
+it is judged elsewhere against a reference computed elsewhere.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import io
+import itertools
+import re
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterator
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from harness.cases import REQUIRED_SECTIONS, load_case
+from harness.compare import compare, flatten_tensors
+from harness.isolate import run_isolated
+from harness.phases import Settings, _abnormal, _call, _difference, _record, _tolerance, fix_under_test
+from harness.phases import run_phase as run_case_phase
+from harness.records import CaseRecord, PhaseRecord
+from harness.submitted import SUBMITTED_KEY, Submission, file_sha256, global_names, import_file, reachable  # noqa: F401 - file_sha256 for run.py
+
+IMPLAUSIBLY_FAST = 0.25  # submitted / model solution: below this the fix is flagged, not praised
+GRADED_PHASES = ("fix", "correct", "correct:second_inputs", "speed")
+HINT_STEPS = 3
+EXERCISE_FUNCTION = "fix"
+
+
+class BadSubmission(ValueError):
+    """The fix= argument names no usable function: bad usage, one line, nothing has run."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    accepted: bool
+    line: str
+
+
+# -- the submitted file, checked before anything runs ----------------------------------------------
+
+
+def submission(spec: str, timeout_s: float) -> Submission:
+    """`<file.py>:<function>` checked: the file exists and compiles, and, imported in a child, has that function."""
+    path_text, colon, function = str(spec).rpartition(":")
+    if not colon or not path_text or not function.isidentifier():
+        raise BadSubmission(f"fix={spec}: expected <file.py>:<function>, e.g. fix=my_fix.py:fix")
+    path = Path(path_text).expanduser().resolve()
+    if not path.is_file():
+        raise BadSubmission(f"fix={spec}: no such file {path}")
+    source = path.read_bytes()
+    try:
+        compile(source, str(path), "exec")
+    except SyntaxError as error:
+        raise BadSubmission(f"{path}:{error.lineno}: {type(error).__name__}: {error.msg}") from None
+    submitted = Submission(str(path), function, file_sha256(path))
+    problem = _import_problem(submitted, timeout_s)
+    if problem:
+        raise BadSubmission(problem)
+    return submitted
+
+
+def _import_problem(submitted: Submission, timeout_s: float) -> str | None:
+    result = run_isolated(_import_in_child, submitted.path, submitted.function, timeout_s=timeout_s)
+    if result.status == "raised":
+        failure = result.failure
+        lines = re.findall(rf'File "{re.escape(submitted.path)}", line (\d+)', failure.traceback)
+        return f"{submitted.path}:{lines[-1] if lines else 1}: importing it raised {failure.headline}"
+    if result.status != "returned":
+        return f"{submitted.path}: importing it {result.summary}"
+    return result.value
+
+
+def _import_in_child(path: str, function: str) -> str | None:
+    module = import_file(path)
+    if not hasattr(module, function):
+        defined = sorted(name for name, value in vars(module).items() if inspect.isfunction(value) and value.__module__ == module.__name__)
+        return f"{path}: no function {function!r} (functions defined there: {', '.join(defined) or 'none'})"
+    if not callable(getattr(module, function)):
+        return f"{path}: {function!r} is a {type(getattr(module, function)).__name__}, not a function"
+    return None
+
+
+def graded_config(case_cfg: DictConfig, submitted: Submission) -> DictConfig:
+    """The case config the phases get when grading: the submission, and the grading speed budget."""
+    graded = OmegaConf.create({**OmegaConf.to_container(case_cfg, resolve=True), SUBMITTED_KEY: dataclasses.asdict(submitted)})
+    grade_budget = OmegaConf.select(case_cfg, "speed.grade_budget")
+    if grade_budget is not None:
+        graded.speed.budget = grade_budget
+    return graded
+
+
+# -- the phases when grading -------------------------------------------------------------------------
+
+
+def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
+    """As `harness.phases.run_phase`, with the graded checks in place of `correct` and around fix and speed."""
+    if phase == "correct":
+        yield correct(case, cfg, settings)
+        yield correct(case, OmegaConf.merge(cfg, {"seed": cfg.seed + 1}), settings, "correct:second_inputs")
+        return
+    for record in run_case_phase(phase, case, cfg, settings):
+        if phase == "fix":
+            yield _name_the_symptom(record, case, settings.device)
+        elif phase == "speed":
+            yield _flag_implausibly_fast(record)
+        else:
+            yield record
+
+
+def correct(case: ModuleType, cfg: DictConfig, settings: Settings, phase: str = "correct") -> PhaseRecord:
+    ran = run_isolated(_run_submitted_in_child, cfg, settings.device, timeout_s=settings.timeout_s)
+    if ran.status != "returned":
+        return _abnormal(phase, ran)
+    sent, failure = ran.value
+    if failure is not None:
+        return _record(phase, "raised", False, failure.headline, ran, {"raised_at": failure.where, "seed": cfg.seed})
+    if isinstance(sent, str):
+        return _record(phase, "wrong_output", False, sent, ran, {"seed": cfg.seed})
+    judged = run_isolated(_judge_in_child, cfg, settings.device, sent, timeout_s=settings.timeout_s)
+    if judged.status != "returned":
+        return _abnormal(phase, judged)
+    status, message, figures = judged.value
+    if status == "passed":
+        message = "matches the reference " + _tolerance(cfg) + "; no output aliases an input; inputs unchanged"
+    elif status == "mismatch":
+        message = "differs from the reference: " + _difference(figures)
+    return _record(phase, status, status == "passed", message, ran, {**figures, "seed": cfg.seed})
+
+
+def _run_submitted_in_child(cfg: DictConfig, device: str) -> tuple[bytes | str | None, Any]:
+    """The only child that runs submitted code: its output and its inputs afterwards, as torch.save bytes."""
+    save = torch.save  # bound before the submitted file is imported
+    case = load_case(cfg.name)
+    function = fix_under_test(case, cfg)
+    inputs = case.make_inputs(cfg, device)
+    output, failure = _call(function, inputs, device)
+    if failure is not None:
+        return None, failure
+    try:
+        tensors = [tensor.detach() for tensor in flatten_tensors(output)]
+    except TypeError:
+        return f"returned {type(output).__name__}, not tensors (a tensor, or a tuple, list or dict of them)", None
+    buffer = io.BytesIO()
+    save({"output": tensors, "inputs": snapshot(inputs)}, buffer)  # one save: storage an output shares with an input stays shared
+    return buffer.getvalue(), None
+
+
+def _judge_in_child(cfg: DictConfig, device: str, sent: bytes) -> tuple[str, str, dict[str, Any]]:
+    """In a clean child: pristine inputs, the reference from them, and the submitted output judged against both."""
+    case = load_case(cfg.name)
+    inputs = case.make_inputs(cfg, device)
+    pristine = {path: value.clone() if isinstance(value, torch.Tensor) else value for path, value in snapshot(inputs).items()}
+    want, failure = _call(case.reference, inputs, device)
+    if failure is not None:
+        raise RuntimeError(f"the reference itself failed: {failure.headline}")
+    got = torch.load(io.BytesIO(sent), weights_only=True)
+    return judge(got["output"], flatten_tensors(want), got["inputs"], pristine, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol)
+
+
+def judge(output: list, want: list, inputs_after: dict, pristine: dict, *, atol: float, rtol: float) -> tuple[str, str, dict[str, Any]]:
+    """(status, message, figures): the first check the output fails, or "passed"."""
+    if len(output) != len(want):
+        return "wrong_output", f"{len(output)} tensors, the reference has {len(want)}", {}
+    for index, (got, expected) in enumerate(zip(output, want)):
+        for what in ("shape", "dtype", "device"):
+            if getattr(got, what) != getattr(expected, what):
+                mine, theirs = _show(getattr(got, what)), _show(getattr(expected, what))
+                return "wrong_output", f"output tensor {index} has {what} {mine}, the reference {theirs}", {what: mine, f"reference_{what}": theirs}
+    figures = compare(output, want, atol=atol, rtol=rtol)
+    if not figures["match"]:
+        return "mismatch", "", figures
+    tensors_in = {path: value for path, value in inputs_after.items() if isinstance(value, torch.Tensor)}
+    for index, got in enumerate(output):
+        shared = next((path for path, tensor in tensors_in.items() if _overlap(got, tensor)), None)
+        if shared is not None:
+            return "aliases_input", f"output tensor {index} shares storage with the input {shared}: a caller's input would change with it", {**figures, "aliased": shared}
+    changed = [path for path in pristine if path not in inputs_after or not _identical(pristine[path], inputs_after[path])]
+    changed += [path for path in inputs_after if path not in pristine]
+    if changed:
+        return "changed_inputs", f"the fix changed its inputs: {', '.join(changed[:3])}" + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""), {**figures, "changed": changed[:20]}
+    return "passed", "", figures
+
+
+def _show(value: Any) -> str:
+    return str(tuple(value)) if isinstance(value, torch.Size) else str(value).removeprefix("torch.")
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a_storage, b_storage = a.untyped_storage(), b.untyped_storage()
+    if a.device != b.device or not a_storage.nbytes() or not b_storage.nbytes():
+        return False
+    a_start, b_start = a_storage.data_ptr(), b_storage.data_ptr()
+    return a_start < b_start + b_storage.nbytes() and b_start < a_start + a_storage.nbytes()
+
+
+def _identical(before: Any, after: Any) -> bool:
+    """Exactly equal: for tensors the same shape, dtype and bytes (so a NaN equals itself)."""
+    if isinstance(before, torch.Tensor) != isinstance(after, torch.Tensor):
+        return False
+    if not isinstance(before, torch.Tensor):
+        return before == after
+    if before.shape != after.shape or before.dtype != after.dtype or before.device != after.device:
+        return False
+    return torch.equal(_bytes_of(before), _bytes_of(after))
+
+
+def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().reshape(-1).contiguous().view(torch.uint8)
+
+
+def snapshot(value: Any, path: str = "inputs") -> dict[str, Any]:
+    """Every tensor and plain value in the inputs by path: tuples and NamedTuples, lists, dicts, and a
+    module's parameters, buffers and plain attributes (of each submodule)."""
+    if isinstance(value, torch.Tensor):
+        return {path: value.detach()}
+    if isinstance(value, nn.Module):
+        found = {f"{path}.{name}": tensor.detach() for name, tensor in itertools.chain(value.named_parameters(), value.named_buffers())}
+        for name, module in value.named_modules():
+            for key, attribute in vars(module).items():
+                if not key.startswith("_"):
+                    found[f"{path}{'.' + name if name else ''}.{key}"] = _plain(attribute)
+        return found
+    if isinstance(value, dict):
+        return {k: v for key in value for k, v in snapshot(value[key], f"{path}[{key!r}]").items()}
+    if isinstance(value, (tuple, list)):
+        names = getattr(value, "_fields", None) or [f"[{index}]" for index in range(len(value))]
+        return {k: v for name, item in zip(names, value) for k, v in snapshot(item, f"{path}.{name}".replace(".[", "[")).items()}
+    return {path: _plain(value)}
+
+
+def _plain(value: Any) -> Any:
+    """A value `torch.load(weights_only=True)` reads back and `==` compares: opaque objects by their type."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (torch.dtype, torch.device)):
+        return str(value)
+    if isinstance(value, (tuple, list)) and all(item is None or isinstance(item, (bool, int, float, str)) for item in value):
+        return tuple(value)
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"function {getattr(value, '__module__', '?')}.{value.__qualname__}"
+    return f"object {type(value).__module__}.{type(value).__qualname__}"
+
+
+def _name_the_symptom(record: PhaseRecord, case: ModuleType, device: str) -> PhaseRecord:
+    """A fix that still raises the case's own error says so: the bug is still there."""
+    symptom = case.symptoms[device]
+    raised = record.message.partition(":")[0]
+    if record.status == "raised" and (raised == symptom.exception or re.search(symptom.message, record.message)):
+        return dataclasses.replace(record, message=f"{record.message} (the case's own symptom: the bug is still there)")
+    return record
+
+
+def _flag_implausibly_fast(record: PhaseRecord) -> PhaseRecord:
+    ratio = record.figures.get("ratio_high", record.figures.get("ratio"))
+    if not record.ok or ratio is None or ratio >= IMPLAUSIBLY_FAST:
+        return record
+    message = (
+        f"{ratio:.3f}x the model solution's time, under {IMPLAUSIBLY_FAST}x: implausibly fast "
+        "(a fix that skips the work, returning a remembered or hard-coded result, looks like this)"
+    )
+    return dataclasses.replace(record, status="implausibly_fast", ok=False, message=message, figures={**record.figures, "implausibly_fast_below": IMPLAUSIBLY_FAST})
+
+
+# -- the verdict -------------------------------------------------------------------------------------
+
+
+def verdict(record: CaseRecord) -> Verdict:
+    """Accepted when every graded check that ran passed; else the first failing one, with its evidence."""
+    graded = [phase for phase in record.phases if phase.phase in GRADED_PHASES]
+    failed = next((phase for phase in graded if not phase.ok), None)
+    if failed is not None:
+        return Verdict(False, f"rejected by {failed.phase}: {failed.status}: {' '.join(failed.message.split())}")
+    if not graded:
+        return Verdict(False, "rejected: no graded check ran (phases= must include fix, correct or speed)")
+    skipped = [name for name in GRADED_PHASES if name not in {phase.phase for phase in graded}]
+    return Verdict(True, "accepted: " + ", ".join(phase.phase for phase in graded) + " passed" + (f" ({', '.join(skipped)} not run)" if skipped else ""))
+
+
+def solution_diff(submitted: Submission, case: ModuleType) -> str:
+    """Unified diff from the case's own `fixed` to the submitted function (shown after an accepted grade)."""
+    source = Path(submitted.path).read_text()
+    node = next((n for n in ast.parse(source).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == submitted.function), None)
+    mine = ast.get_source_segment(source, node) if node is not None else source
+    theirs = inspect.getsource(case.fixed)
+    name = case.__name__.rpartition(".")[2]
+    return "".join(difflib.unified_diff(theirs.splitlines(True), (mine + "\n").splitlines(True), f"cases/{name}.py: fixed", f"{submitted.path}: {submitted.function}"))
+
+
+# -- hints and exercises -----------------------------------------------------------------------------
+
+
+def hint(case_cfg: DictConfig, step: int) -> str:
+    hints = list(case_cfg.get("hints") or [])
+    return f"hint {step} of {len(hints)} for {case_cfg.name}: {' '.join(str(hints[step - 1]).split())}"
+
+
+def hint_problem(case_cfg: DictConfig, step: Any) -> str | None:
+    hints = case_cfg.get("hints") or []
+    if not hints:
+        return f"case {case_cfg.name} has no hints (conf/case/{case_cfg.name}.yaml: hints)"
+    if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= len(hints):
+        return f"hint={step}: choose a step from 1 to {len(hints)}"
+    return None
+
+
+def write_exercise(name: str, directory: str) -> Path:
+    """A starter file in `directory`: the buggy function as `fix`, what it needs, the story without its fix."""
+    folder = Path(directory).expanduser().resolve()
+    path = folder / f"fix_{name}.py"
+    if path.exists():
+        raise FileExistsError(f"exercise={directory}: {path} exists (your work?); delete it or choose another directory")
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(starter_source(load_case(name), path))
+    return path
+
+
+def starter_source(case: ModuleType, path: Path) -> str:
+    name = case.__name__.rpartition(".")[2]
+    copied = sorted(reachable(case, [case.buggy]) - reachable(case, [case.fixed]), key=lambda f: f.__code__.co_firstlineno)
+    copied_names = {function.__name__ for function in copied}
+    needed = [n for function in copied for n in global_names(function.__code__) if n not in copied_names and n in vars(case)]
+    imports, from_case = [], []
+    for needed_name in dict.fromkeys(needed):
+        value = vars(case)[needed_name]
+        if isinstance(value, ModuleType):
+            imports.append(f"import {value.__name__}" + ("" if value.__name__ == needed_name else f" as {needed_name}"))
+        else:
+            from_case.append(needed_name)
+    functions = []
+    for function in copied:
+        source = textwrap.dedent(inspect.getsource(function))
+        functions.append(re.sub(r"^def buggy\(", f"def {EXERCISE_FUNCTION}(", source, count=1, flags=re.M) if function is case.buggy else source)
+    grade_command = f"python -m harness case={name} fix={path}:{EXERCISE_FUNCTION}"
+    story = _without_fix_section(case.__doc__ or "")
+    header = (
+        f'r"""{story}\n\nYour task: `{EXERCISE_FUNCTION}` below is the buggy code{" (with the helpers it calls that the bug is in)" if len(copied) > 1 else ""}.\n'
+        f"Change it so that it returns what the case's reference returns, without the failure above.\n\n"
+        f"Grade it:\n    {grade_command}\nHints, one step at a time:\n    python -m harness case={name} hint=1\n"
+        '"""\n\n'
+    )
+    body = "\n".join(sorted(imports)) + "\n\n" + (f"from cases.{name} import {', '.join(sorted(from_case))}\n" if from_case else "")
+    main = f'\n\nif __name__ == "__main__":\n    print("grade this file with: {grade_command}")\n'
+    return header + body + "\n\n" + "\n\n".join(functions) + main
+
+
+def _without_fix_section(doc: str) -> str:
+    kept, skipping = [], False
+    for line in doc.strip().splitlines():
+        starts = re.match(r"^([A-Z][A-Za-z ]*?):(?:\s+|$)", line)
+        if starts and starts.group(1) in REQUIRED_SECTIONS:
+            skipping = starts.group(1) == "Fix"
+        if not skipping:
+            kept.append(line)
+    return "\n".join(kept).rstrip().replace('"""', "'''")

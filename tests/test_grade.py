@@ -1,0 +1,315 @@
+"""Grading a fix written by someone else: accepted, rejected by which check, and attacks on the grader.
+
+The fixes are in tests/fixes/. Each test copies its file into tmp_path (some attacks leave files beside
+themselves) and grades one function through `run_case`, in the harness's isolated children as from
+the command line, with only the phases it needs; the command line itself is tested at the end.
+"""
+
+import inspect
+import io
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from harness import grade
+from harness.cases import ROOT, case_names, load_case
+from harness.records import load_record
+from harness.run import ConfigError, run_case, validate
+from harness.submitted import file_sha256
+from tests.conftest import compose_config
+
+FIXES = ROOT / "tests" / "fixes"
+FAST = ("speed.process_s=0.1", "speed.warmup=0")
+
+
+def graded(tmp_path, environment, case, fixes_file, function, phases, *overrides):
+    """Grade `function` of a copy of tests/fixes/`fixes_file`: (verdict, record, record path, the copy)."""
+    copy = tmp_path / fixes_file
+    if not copy.exists():
+        shutil.copy(FIXES / fixes_file, copy)
+    cfg = compose_config(f"case={case}", "device=cpu", f"phases=[{','.join(phases)}]", f"fix={copy}:{function}", "timeout_s=120", *FAST, *overrides)
+    record, path = run_case(cfg, "cpu", tmp_path / "run", environment)
+    return grade.verdict(record), record, path, copy
+
+
+def phase(record, name):
+    return next(p for p in record.phases if p.phase == name)
+
+
+def first_failure(verdict):
+    return verdict.line.removeprefix("rejected by ").split(": ")[0]
+
+
+# -- accepted, rejected ---------------------------------------------------------------------------
+
+
+def test_an_alternative_correct_fix_is_accepted_and_the_record_names_it(tmp_path, environment):
+    verdict, record, path, copy = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["reproduce", "fix", "correct"])
+    assert verdict.accepted, verdict.line
+    assert [p.status for p in record.phases] == ["reproduced", "passed", "passed", "passed"]
+    assert phase(record, "correct:second_inputs").figures["seed"] == record.config["case"]["seed"] + 1
+    on_disk = json.loads(path.read_text())
+    assert on_disk["graded_fix"] == {"path": str(copy), "function": "by_searchsorted", "sha256": file_sha256(copy)}
+    assert on_disk["verdict"].startswith("accepted")
+    assert load_record(path).graded_fix.sha256 == file_sha256(copy)
+
+
+def test_old_records_without_a_graded_fix_still_load():
+    old = next((ROOT / "results" / "matrix" / "cpu").glob("*/embedding_oob/*.json"))
+    record = load_record(old)
+    assert record.graded_fix is None and record.verdict is None and record.phases
+
+
+def test_a_wrong_fix_is_rejected_by_correctness(tmp_path, environment):
+    verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "clamp_to_table", ["fix", "correct"])
+    assert not verdict.accepted and first_failure(verdict) == "correct"
+    assert phase(record, "correct").status == "mismatch" and "differs from the reference" in verdict.line
+
+
+def test_a_slow_fix_is_rejected_by_speed(tmp_path, environment):
+    verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "twice_as_slow", ["fix", "correct", "speed"])
+    speed = phase(record, "speed")
+    assert (speed.status, first_failure(verdict)) == ("over_budget", "speed"), speed.message
+    assert speed.figures["ratio"] > speed.figures["budget"] == 1.15
+
+
+def test_speed_times_the_submitted_fix_against_the_model_solution(tmp_path, environment):
+    # by_searchsorted does what `fixed` does: the ratio is near 1, not the guard-vs-no-guard ratio of the case's own speed phase
+    _, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["speed"])
+    assert 0.4 < phase(record, "speed").figures["ratio"] < 2.5
+
+
+# -- attacks --------------------------------------------------------------------------------------
+
+
+def test_a_remembered_result_is_implausibly_fast(tmp_path, environment):
+    verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "remembers_its_result", ["speed"])
+    speed = phase(record, "speed")
+    assert speed.status == "implausibly_fast" and not verdict.accepted, speed.message
+    assert speed.figures["ratio"] < grade.IMPLAUSIBLY_FAST
+
+
+def test_a_replayed_result_fails_on_the_second_inputs(tmp_path, environment):
+    verdict, record, _, copy = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "replays_from_disk", ["correct"])
+    assert copy.with_suffix(".saved.pt").exists()  # the first run saved its result, the second replayed it
+    assert phase(record, "correct").status == "passed"
+    assert phase(record, "correct:second_inputs").status == "mismatch"
+    assert first_failure(verdict) == "correct:second_inputs"
+
+
+def test_patching_the_comparison_in_its_own_process_changes_nothing(tmp_path, environment):
+    verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "patches_the_comparison", ["correct"])
+    assert phase(record, "correct").status == "mismatch", phase(record, "correct").message
+    assert not verdict.accepted
+
+
+def test_a_fix_that_changes_its_inputs_in_place_is_caught(tmp_path, environment):
+    verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "zeroes_its_inputs", ["correct"])
+    correct = phase(record, "correct")
+    assert correct.status == "changed_inputs" and correct.figures["changed"] == ["inputs.features"], correct.message
+
+
+@pytest.mark.parametrize(
+    ("function", "evidence"),
+    [("in_float64", "dtype float64, the reference float32"), ("as_a_list", "returned list, not tensors"), ("returns_nothing", "returned NoneType")],
+)
+def test_an_output_of_the_wrong_kind_is_caught(tmp_path, environment, function, evidence):
+    verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", function, ["correct"])
+    assert phase(record, "correct").status == "wrong_output" and evidence in verdict.line, verdict.line
+
+
+def test_an_output_that_aliases_an_input_is_caught(tmp_path, environment):
+    verdict, record, _, _ = graded(tmp_path, environment, "class_weight_index", "class_weight_fixes.py", "returns_a_view_of_its_input", ["correct"])
+    correct = phase(record, "correct")
+    assert correct.status == "aliases_input" and correct.figures["aliased"] == "inputs.pred", correct.message
+
+
+def test_a_fix_that_changes_a_module_it_was_given_is_caught(tmp_path, environment):
+    verdict, record, _, _ = graded(tmp_path, environment, "class_weight_index", "class_weight_fixes.py", "retunes_the_loss_module", ["correct"])
+    correct = phase(record, "correct")
+    assert correct.status == "changed_inputs" and correct.figures["changed"] == ["inputs.loss.loss_weight"], correct.message
+
+
+def test_the_correct_class_weight_fix_is_accepted(tmp_path, environment):
+    verdict, _, _, _ = graded(tmp_path, environment, "class_weight_index", "class_weight_fixes.py", "weighted_mean", ["fix", "correct"])
+    assert verdict.accepted, verdict.line
+
+
+@pytest.mark.parametrize(
+    ("function", "status", "evidence"),
+    [("segfaults", "crashed", "killed by SIGSEGV"), ("exits_quietly", "crashed", "exited with code 0"), ("calls_sys_exit", "raised", "SystemExit")],
+)
+def test_a_crash_is_a_verdict(tmp_path, environment, function, status, evidence):
+    verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", function, ["fix", "correct"])
+    assert (phase(record, "fix").status, first_failure(verdict)) == (status, "fix")
+    assert evidence in verdict.line and phase(record, "correct").status == status
+
+
+def test_a_hang_is_a_timeout(tmp_path, environment):
+    verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "hangs", ["fix"], "timeout_s=3")
+    assert phase(record, "fix").status == "timeout" and verdict.line.startswith("rejected by fix: timeout")
+
+
+def test_a_malicious_pickle_from_the_graded_process_is_not_unpickled(tmp_path, environment):
+    verdict, record, _, copy = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "sends_a_malicious_pickle", ["fix", "correct"])
+    assert not copy.with_suffix(".pwned").exists()
+    assert not verdict.accepted
+    assert "not plain data" in phase(record, "correct").message
+
+
+@pytest.mark.parametrize("function", ["calls_the_case_fixed", "calls_the_case_reference", "swallows_the_tripwire"])
+def test_calling_the_case_s_own_solution_is_caught(tmp_path, environment, function):
+    verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", function, ["fix"])
+    assert phase(record, "fix").status == "raised" and "ModelSolutionCalled" in verdict.line, verdict.line
+
+
+def test_submitting_the_model_solution_itself_is_caught(tmp_path, environment):
+    # codebook_oob's fixed calls no helper the bug lacks: the tripwire on `fixed` itself catches it
+    verdict, record, _, _ = graded(tmp_path, environment, "codebook_oob", "codebook_fixes.py", "fix", ["fix"])
+    assert "ModelSolutionCalled" in verdict.line, verdict.line
+
+
+def test_the_speed_baseline_still_runs_the_model_solution_behind_the_tripwires(tmp_path, environment):
+    # embedding_oob's fixed calls encode_emotion, tripwired in the graded process: outside the submitted call it must run
+    _, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["speed"])
+    assert phase(record, "speed").status == "within_budget", phase(record, "speed").message
+
+
+# -- the judge, on its own ------------------------------------------------------------------------
+
+
+def _sent(output, inputs):
+    buffer = io.BytesIO()
+    torch.save({"output": output, "inputs": grade.snapshot(inputs)}, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def test_the_judge_sees_a_changed_parameter_buffer_or_attribute_of_a_module():
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+    pristine = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in grade.snapshot((module,)).items()}
+    want = [torch.ones(2)]
+    for change, path in [
+        (lambda m: m[0].weight.data.add_(1), "inputs[0].0.weight"),
+        (lambda m: m[1].running_mean.fill_(3), "inputs[0].1.running_mean"),
+        (lambda m: m.eval(), "inputs[0].training"),
+    ]:
+        changed = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+        changed.load_state_dict(module.state_dict())
+        change(changed)
+        sent = _sent([torch.ones(2)], (changed,))
+        status, message, _ = grade.judge(sent["output"], want, sent["inputs"], pristine, atol=0, rtol=0)
+        assert status == "changed_inputs" and path in message, (path, message)
+
+
+def test_storage_shared_with_an_input_survives_the_trip_between_processes():
+    features = torch.arange(6.0)
+    sent = _sent([features[2:4]], {"features": features})
+    status, _, figures = grade.judge(sent["output"], [torch.tensor([2.0, 3.0])], sent["inputs"], sent["inputs"], atol=0, rtol=0)
+    assert (status, figures["aliased"]) == ("aliases_input", "inputs['features']")
+    unshared = _sent([features[2:4].clone()], {"features": features})
+    assert grade.judge(unshared["output"], [torch.tensor([2.0, 3.0])], unshared["inputs"], unshared["inputs"], atol=0, rtol=0)[0] == "passed"
+
+
+# -- exercises and hints --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_the_unchanged_starter_runs_on_its_own_and_is_rejected_with_the_case_s_failure(tmp_path, environment, name):
+    starter = grade.write_exercise(name, str(tmp_path / "exercise"))
+    text = starter.read_text()
+    assert f"python -m harness case={name} fix={starter}:fix" in text and "\nFix:" not in text and "def fix(" in text
+    ran = subprocess.run([sys.executable, str(starter)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0 and "grade this file with" in ran.stdout, ran.stderr
+    cfg = compose_config(f"case={name}", "device=cpu", "phases=[fix,correct]", f"fix={starter}:fix", "timeout_s=120")
+    record, _ = run_case(cfg, "cpu", tmp_path / "run", environment)
+    verdict = grade.verdict(record)
+    assert not verdict.accepted
+    symptom = load_case(name).symptoms["cpu"]
+    if symptom.expected_on(torch.__version__):
+        assert verdict.line.startswith("rejected by fix: raised") and "the case's own symptom" in verdict.line, verdict.line
+    else:  # the buggy code runs on this torch (autocast_device from 2.4): it returns the wrong device types
+        assert verdict.line.startswith("rejected by correct: mismatch"), verdict.line
+
+
+def test_an_exercise_never_overwrites_a_starter(tmp_path):
+    grade.write_exercise("embedding_oob", str(tmp_path))
+    with pytest.raises(FileExistsError):
+        grade.write_exercise("embedding_oob", str(tmp_path))
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_every_case_has_three_hints_that_do_not_give_the_code_away(name):
+    cfg = compose_config(f"case={name}")
+    hints = list(cfg.case.hints)
+    assert len(hints) == grade.HINT_STEPS
+    assert hints[0].startswith("Where to look") and hints[-1].startswith("What the fix does")
+    case = load_case(name)
+    for line in inspect.getsource(case.fixed).splitlines()[1:]:
+        assert line.strip() not in " ".join(hints), line
+
+
+# -- bad usage ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("{dir}/nope.py:fix", "no such file"),
+        ("{fixes}:no_such_function", "no function 'no_such_function'"),
+        ("{fixes}:not_a_function", "'not_a_function' is a int, not a function"),
+        ("{fixes}", "expected <file.py>:<function>"),
+        ("{broken}:fix", "broken.py:3: SyntaxError"),
+        ("{failing}:fix", "failing.py:2: importing it raised ModuleNotFoundError"),
+    ],
+)
+def test_bad_usage_is_refused_before_anything_runs(tmp_path, spec, message):
+    shutil.copy(FIXES / "embedding_fixes.py", tmp_path / "embedding_fixes.py")
+    (tmp_path / "broken.py").write_text("import torch\n\ndef fix(x) return x\n")
+    (tmp_path / "failing.py").write_text("import torch\nimport no_such_module_anywhere\n\ndef fix(x):\n    return x\n")
+    spec = spec.format(dir=tmp_path, fixes=tmp_path / "embedding_fixes.py", broken=tmp_path / "broken.py", failing=tmp_path / "failing.py")
+    with pytest.raises(ConfigError) as refused:
+        validate(compose_config("case=embedding_oob", f"fix={spec}"))
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def harness(*args, tmp_path):
+    command = [sys.executable, "-m", "harness", *args, f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/multirun"]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+def test_the_command_line_exits_2_on_bad_usage_with_one_line(tmp_path):
+    (tmp_path / "broken.py").write_text("def fix(x):\n    return (x\n")
+    for args, message in [
+        ([f"fix={tmp_path}/broken.py:fix"], f"{tmp_path}/broken.py:2: SyntaxError"),
+        (["hint=4"], "hint=4: choose a step from 1 to 3"),
+    ]:
+        run = harness("case=embedding_oob", *args, tmp_path=tmp_path)
+        assert run.returncode == 2 and run.stderr.strip().count("\n") == 0 and "Traceback" not in run.stderr, run.stderr
+        assert message in run.stderr
+
+
+def test_the_command_line_grades_says_so_first_and_ends_with_the_verdict(tmp_path):
+    shutil.copy(FIXES / "embedding_fixes.py", tmp_path / "embedding_fixes.py")
+    run = harness("case=embedding_oob", "device=cpu", "phases=[fix,correct]", f"fix={tmp_path}/embedding_fixes.py:prints_a_fake_verdict", tmp_path=tmp_path)
+    lines = run.stdout.strip().splitlines()
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert lines[0].startswith("grading a submitted fix: ") and lines[-1].startswith("rejected by correct: mismatch")
+    assert "\nFix:" not in run.stdout  # the model solution is shown only after a pass
+    run = harness("case=embedding_oob", "device=cpu", "phases=[fix]", f"fix={tmp_path}/embedding_fixes.py:by_searchsorted", tmp_path=tmp_path)
+    assert run.returncode == 0 and run.stdout.strip().splitlines()[-1].startswith("accepted: fix passed"), run.stdout + run.stderr
+    assert "--- cases/embedding_oob.py: fixed" in run.stdout
+
+
+def test_hint_and_exercise_from_the_command_line(tmp_path):
+    run = harness("case=codebook_oob", "hint=1", tmp_path=tmp_path)
+    assert run.returncode == 0 and run.stdout.startswith("hint 1 of 3 for codebook_oob: Where to look")
+    run = harness("case=codebook_oob", f"exercise={tmp_path}/ex", tmp_path=tmp_path)
+    assert run.returncode == 0 and (tmp_path / "ex" / "fix_codebook_oob.py").exists()
+    assert f"fix={tmp_path}/ex/fix_codebook_oob.py:fix" in run.stdout
