@@ -171,14 +171,17 @@ bad_fixes = {"clamp_codes": clamp_codes, "replace_with_zero": replace_with_zero}
 # -- slow fixes: the right codes, picked slower than the budget allows ----------------------
 
 
-def rank_ids_on_the_host(x):
-    """Rank every id of each layer in Python, best first, and walk down to the first one allowed."""
+def best_id_one_by_one(x):
+    """Keep the best allowed id of each layer by looking at its scores one at a time, `.item()` each."""
     codes = []
-    for frame in x.logits.tolist():  # 7 lists of 4160 scores
-        ranked = [sorted(range(PADDED_AUDIO_VOCAB), key=scores.__getitem__, reverse=True) for scores in frame]
-        codes.append([next(i for i in ids if i < (EOA + 1 if layer == LAYERS - 1 else AUDIO_VOCAB)) for layer, ids in enumerate(ranked)])
+    for frame in x.logits:  # (7, 4160)
+        picks = []
+        for layer, scores in enumerate(frame):
+            allowed = EOA + 1 if layer == LAYERS - 1 else AUDIO_VOCAB
+            picks.append(max(range(allowed), key=lambda i: scores[i].item()))
+        codes.append(picks)
     codes = torch.tensor(codes, device=x.logits.device)
     return decode(x, codes[: stream_length(codes)])
 
 
-slow_fixes = {"rank_ids_on_the_host": rank_ids_on_the_host}
+slow_fixes = {"best_id_one_by_one": best_id_one_by_one}
