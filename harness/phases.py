@@ -260,8 +260,8 @@ def _speed_in_child(candidate: str, baseline: str, inputs: Any, cfg: DictConfig,
     candidate_function, baseline_function = _function(case, candidate, cfg), getattr(case, baseline)
     if submission_of(cfg) is not None and candidate == SPEED_CANDIDATE:  # grading: the submitted fix against the model solution
         baseline_function = case.fixed
+    inputs = case.make_inputs(speed_cfg, settings.device)  # a case that cannot make its inputs is an error, not a verdict
     try:
-        inputs = case.make_inputs(speed_cfg, settings.device)
         samples = paired_samples(
             candidate_function, baseline_function, inputs, device=settings.device, warmup=settings.speed.warmup, pairs=settings.speed.pairs,
             min_s=settings.speed.process_s,
