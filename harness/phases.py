@@ -50,8 +50,8 @@ SLOW_FIX = "slow_fix:"
 
 @dataclass(frozen=True)
 class SpeedSettings:
-    warmup: int = 2  # pairs run untimed first, in each process
-    pairs: int = 4  # interleaved candidate/baseline samples per process, at least...
+    warmup: int = 1  # pairs run untimed first, in each process
+    pairs: int = 3  # interleaved candidate/baseline samples per process, at least...
     process_s: float = 0.5  # ...and more until they have taken this long
     min_processes: int = 2
     max_processes: int = 12
@@ -254,13 +254,13 @@ def _timed(
 def _speed_in_child(candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings) -> tuple[tuple | None, Failure | None]:
     case = load_case(cfg.name)
     speed_cfg = OmegaConf.merge(cfg, OmegaConf.select(cfg, "speed.inputs") or {}, inputs or {})
+    inputs = case.make_inputs(speed_cfg, settings.device)  # every thread; a case that cannot make its inputs is an error
     if settings.device == "cpu":
         torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
         steady_cpu_allocator()
     candidate_function, baseline_function = _function(case, candidate, cfg), getattr(case, baseline)
     if submission_of(cfg) is not None and candidate == SPEED_CANDIDATE:  # grading: the submitted fix against the model solution
         baseline_function = case.fixed
-    inputs = case.make_inputs(speed_cfg, settings.device)  # a case that cannot make its inputs is an error, not a verdict
     try:
         samples = paired_samples(
             candidate_function, baseline_function, inputs, device=settings.device, warmup=settings.speed.warmup, pairs=settings.speed.pairs,
