@@ -182,7 +182,8 @@ def class_weighted_count(label, class_weight, ignore_index, avg_non_ignore):
 
 
 def reference(x):
-    return x.loss_weight * weighted_mean_nll(x.pred, x.label, x.class_weight, x.ignore_index, avg_non_ignore=True)
+    """Computed in float64, returned in the loss's own dtype."""
+    return (x.loss_weight * weighted_mean_nll(x.pred, x.label, x.class_weight, x.ignore_index, avg_non_ignore=True)).to(x.pred.dtype)
 
 
 def weighted_mean_nll(pred, label, class_weight, ignore_index, avg_non_ignore):
