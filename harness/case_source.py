@@ -10,19 +10,21 @@ import inspect
 import re
 from types import FunctionType, ModuleType
 
+from harness.cases import reachable
+
 _URL = re.compile(r"(?<![<(])(https?://[^\s)>]+[^\s)>.,;:])")
 
 
 def functions_used(case: ModuleType, name: str) -> list[str]:
     """`name` and the case's own functions it calls, transitively, in the order they appear in the file."""
-    return _used(case, [name])
+    return _in_file_order(reachable(case, [getattr(case, name)]))
 
 
 def bad_fix_source(case: ModuleType, name: str) -> tuple[str, str]:
     """The source of bad fix `name` with the helpers the fix does not use, and the first paragraph of its doc."""
     function = case.bad_fixes[name]
     fixed = set(functions_used(case, "fixed"))
-    helpers = [each for each in _used(case, [other for other in _names_in(function.__code__) if _is_own_function(case, other)]) if each not in fixed]
+    helpers = [each for each in _in_file_order(reachable(case, [function]) - {function}) if each not in fixed]
     if function.__name__ == "<lambda>":  # e.g. {"last_char": lambda x: train(x, last_char)}
         own = inspect.getsource(function).strip().rstrip(",")
         text = own + ("\n\n" + source_of(case, helpers) if helpers else "\n")
@@ -32,18 +34,8 @@ def bad_fix_source(case: ModuleType, name: str) -> tuple[str, str]:
     return source_of(case, names), first_paragraph(function)
 
 
-def _used(case: ModuleType, names: list[str]) -> list[str]:
-    found: set[str] = set()
-    pending = list(names)
-    while pending:
-        current = pending.pop()
-        if current in found:
-            continue
-        found.add(current)
-        function = getattr(case, current)
-        code_names = _names_in(function.__code__)
-        pending += [other for other in code_names if _is_own_function(case, other)]
-    return sorted(found, key=lambda each: inspect.getsourcelines(getattr(case, each))[1])
+def _in_file_order(functions: set[FunctionType]) -> list[str]:
+    return [function.__name__ for function in sorted(functions, key=lambda function: function.__code__.co_firstlineno)]
 
 
 def source_of(case: ModuleType, names: list[str]) -> str:
@@ -89,16 +81,3 @@ def section_markdown(text: str) -> str:
 def link_urls(text: str) -> str:
     """Bare URLs as <autolinks>: GitHub links bare URLs by itself, plain markdown renderers do not."""
     return _URL.sub(r"<\1>", text)
-
-
-def _names_in(code) -> set[str]:
-    names = set(code.co_names)
-    for constant in code.co_consts:
-        if hasattr(constant, "co_names"):
-            names |= _names_in(constant)  # lambdas and comprehensions inside the function
-    return names
-
-
-def _is_own_function(case: ModuleType, name: str) -> bool:
-    value = getattr(case, name, None)
-    return inspect.isfunction(value) and value.__module__ == case.__name__

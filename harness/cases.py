@@ -31,11 +31,12 @@ messages as they were printed).
 
 from __future__ import annotations
 
+import dis
 import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, FunctionType, ModuleType
 
 import yaml
 from torch.torch_version import TorchVersion
@@ -166,3 +167,31 @@ def _paragraphs(lines: list[str]) -> str:
         else:
             prose.append(line.strip())
     return "\n".join(out)
+
+
+def reachable(case: ModuleType, roots: list[FunctionType]) -> set[FunctionType]:
+    """`roots` and the functions of `case` they call by global name, transitively."""
+    seen: set[FunctionType] = set()
+    todo = list(roots)
+    while todo:
+        function = todo.pop()
+        if function in seen:
+            continue
+        seen.add(function)
+        for name in global_names(function.__code__):
+            value = vars(case).get(name)
+            if isinstance(value, FunctionType) and value.__module__ == case.__name__:
+                todo.append(value)
+    return seen
+
+
+def global_names(code: CodeType) -> list[str]:
+    """Global names a function's code reads, nested lambdas and comprehensions included, in order."""
+    names: list[str] = []
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and instruction.argval not in names:
+            names.append(instruction.argval)
+    for constant in code.co_consts:
+        if isinstance(constant, CodeType):
+            names += [name for name in global_names(constant) if name not in names]
+    return names

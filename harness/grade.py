@@ -50,7 +50,8 @@ from harness.isolate import run_isolated
 from harness.phases import Settings, _abnormal, _call, _difference, _record, _tolerance, fix_under_test
 from harness.phases import run_phase as run_case_phase
 from harness.records import CaseRecord, PhaseRecord
-from harness.submitted import SUBMITTED_KEY, Submission, file_sha256, global_names, import_file, reachable  # noqa: F401 - file_sha256 for run.py
+from harness.cases import global_names, reachable
+from harness.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file  # noqa: F401 - file_sha256 for run.py
 
 IMPLAUSIBLY_FAST = 0.25  # submitted / model solution: below this the fix is flagged, not praised
 GRADED_PHASES = ("fix", "correct", "correct:second_inputs", "speed")

@@ -11,6 +11,7 @@
                ratio's confidence interval against the budget (harness.timing)
                within_budget | over_budget | inconclusive (ok, shown apart) | measured (no budget for this device)
                | raised | crashed | timeout | error
+    speed:NAME the same, against each other baseline the yaml names under `speed.also`
     slow_fixes one record per slow fix, phase "slow_fix:<name>": a correct but slower fix, timed as `speed`
                times the fix; the speed verdict must catch it
                flagged (correct and over budget) | missed | no_budget | crashed | timeout | error
@@ -199,36 +200,38 @@ def _compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dic
 def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
     """The fix against `speed_baseline`; then, as phase "speed:<name>", each comparison in the yaml's
     `speed.also`: the fix against the case function `baseline` names, on inputs with `inputs` merged over."""
-    yield _timed("speed", SPEED_CANDIDATE, cfg, settings)[0]
+    yield _timed("speed", SPEED_CANDIDATE, _budget(cfg.get("speed"), settings.device), cfg, settings)
     for name, also in (OmegaConf.select(cfg, "speed.also") or {}).items():
-        budget = OmegaConf.select(also, f"budget.{settings.device}")
-        yield _timed(f"speed:{name}", SPEED_CANDIDATE, cfg, settings, baseline=also.baseline, inputs=also.get("inputs"), budget=budget)[0]
+        yield _timed(f"speed:{name}", SPEED_CANDIDATE, _budget(also, settings.device), cfg, settings, baseline=also.baseline, inputs=also.get("inputs"))
+
+
+def _budget(speed_cfg: DictConfig | None, device: str) -> float | None:
+    """`budget.<device>` of a speed section (the case yaml's `speed`, or one of its `speed.also`)."""
+    return None if speed_cfg is None else OmegaConf.select(speed_cfg, f"budget.{device}")
 
 
 def _timed(
-    phase: str, candidate: str, cfg: DictConfig, settings: Settings, *, baseline: str = "speed_baseline", inputs: Any = None, budget: Any = "case"
-) -> tuple[PhaseRecord, str]:
+    phase: str, candidate: str, budget: float | None, cfg: DictConfig, settings: Settings, *, baseline: str = "speed_baseline", inputs: Any = None
+) -> PhaseRecord:
     """Time `candidate` against `baseline` (case functions by name), one child process after another.
 
     Each child takes `pairs` interleaved pairs on inputs of its own; after each child (from
     `min_processes` on) the ratio's interval is compared with the budget: decisive, it stops;
     straddling it, another child runs, until `max_s` or `max_processes`, then the verdict is
     inconclusive. With no budget on this device, `min_processes` children are measured and reported.
-    Returns the record and the verdict (the status of a successful measurement).
     """
-    if budget == "case":
-        budget = OmegaConf.select(cfg, f"speed.budget.{settings.device}")
     timing = settings.speed
     started = time.monotonic()
     processes: list[PairedSamples] = []
     while True:
         result = run_isolated(_speed_in_child, candidate, baseline, inputs, cfg, settings, timeout_s=settings.timeout_s)
         if result.status != "returned":
-            return _abnormal(phase, result), ""
+            return _abnormal(phase, result)
         value, failure = result.value
         if failure is not None:
-            return _record(phase, "raised", False, failure.headline, result), "raised"
-        samples = PairedSamples(*value)
+            return _record(phase, "raised", False, failure.headline, result)
+        *timed, cpu_threads = value
+        samples = PairedSamples(*timed)
         processes.append(samples)
         if len(processes) < timing.min_processes:
             continue
@@ -238,7 +241,8 @@ def _timed(
             verdict = "inconclusive"
         if verdict is not None:
             break
-    figures = {**estimate.figures(), "budget": budget, "calls_per_sample": samples.calls_per_sample, "seconds": round(time.monotonic() - started, 2)}
+    figures = {**estimate.figures(), "budget": budget, "calls_per_sample": samples.calls_per_sample, "cpu_threads": cpu_threads}
+    figures["seconds"] = round(time.monotonic() - started, 2)
     interval = f"{estimate.ratio:.3f}x [{estimate.ratio_low:.3f}, {estimate.ratio_high:.3f}] ({estimate.level:.0%}, {estimate.samples} pairs in {estimate.processes} processes)"
     times = f"{estimate.candidate_s * 1e3:.3f} ms vs {estimate.baseline_s * 1e3:.3f} ms"
     message = {
@@ -248,7 +252,7 @@ def _timed(
         "inconclusive": f"{interval}, {times}; the interval still straddles the budget {budget}x after {figures['seconds']} s",
     }[verdict]
     ok = verdict != "over_budget"  # inconclusive is no failure, but reports show it apart
-    return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output), verdict
+    return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output)
 
 
 def _speed_in_child(candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings) -> tuple[tuple | None, Failure | None]:
@@ -268,7 +272,7 @@ def _speed_in_child(candidate: str, baseline: str, inputs: Any, cfg: DictConfig,
         )
     except Exception as error:  # noqa: BLE001
         return None, Failure.from_exception(error)
-    return (samples.candidate_s, samples.baseline_s, samples.calls_per_sample), None  # plain data back to the parent
+    return (samples.candidate_s, samples.baseline_s, samples.calls_per_sample, torch.get_num_threads()), None  # plain data back
 
 
 # -- slow fixes: controls that show the speed phase can fail ------------------------------
@@ -277,7 +281,7 @@ def _speed_in_child(candidate: str, baseline: str, inputs: Any, cfg: DictConfig,
 def slow_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     """A correct but slower fix must be flagged by the speed verdict: `flagged`, else `missed`."""
     phase = f"{SLOW_FIX}{name}"
-    budget = OmegaConf.select(cfg, f"speed.budget.{settings.device}")
+    budget = _budget(cfg.get("speed"), settings.device)
     if budget is None:
         return PhaseRecord(phase, "no_budget", True, f"no speed budget on {settings.device}: nothing to flag", {}, 0.0, "")
     checked = run_isolated(_compare_in_child, phase, cfg, settings.device, timeout_s=settings.timeout_s)
@@ -288,10 +292,14 @@ def slow_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -
         return _record(phase, "missed", False, f"the control is broken: it raises {failure.headline}", checked)
     if not figures["match"]:
         return _record(phase, "missed", False, "the control is broken: it differs from the reference: " + _difference(figures), checked, figures)
-    timed, verdict = _timed(phase, phase, cfg, settings)
-    if verdict == "over_budget":
-        return PhaseRecord(phase, "flagged", True, "correct, and flagged: " + timed.message, timed.figures, timed.seconds + checked.seconds, timed.output_tail)
-    return PhaseRecord(phase, "missed", False, f"correct but not flagged ({verdict}): " + timed.message, timed.figures, timed.seconds + checked.seconds, timed.output_tail)
+    timed = _timed(phase, phase, budget, cfg, settings)
+    if timed.status == "over_budget":
+        status, ok, message = "flagged", True, "correct, and flagged: " + timed.message
+    elif timed.status in ("within_budget", "inconclusive"):
+        status, ok, message = "missed", False, f"correct but not flagged ({timed.status}): " + timed.message
+    else:  # the timing itself crashed, hung or raised: the control proves nothing
+        return timed
+    return PhaseRecord(phase, status, ok, message, timed.figures, timed.seconds + checked.seconds, timed.output_tail)
 
 
 # -- bad fixes -----------------------------------------------------------------------------
@@ -325,7 +333,6 @@ def _function(case: ModuleType, name: str, cfg: DictConfig) -> Callable[[Any], A
     if name.startswith(SLOW_FIX):
         return case.slow_fixes[name.removeprefix(SLOW_FIX)]
     return case.bad_fixes[name]
-
 
 
 def _call(function: Callable, inputs: Any, device: str, *, synchronise: bool = True) -> tuple[Any, Failure | None]:

@@ -12,22 +12,22 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from harness.cases import case_text, load_case
+from harness.matrix import UNDECIDED  # ok, but not a pass: shown in yellow and counted apart
 from harness.records import CaseRecord, PhaseRecord
 
 MAX_DETAIL_CHARS = 160
-UNDECIDED = ("inconclusive",)  # ok, but not a pass: shown in yellow and counted apart
 
 
 def _mark(record: PhaseRecord) -> str:
     if not record.ok:
         return "[red]FAIL[/red]"
-    return "[yellow]ok?[/yellow]" if record.status in UNDECIDED else "[green]ok[/green]"
+    return "[yellow]ok?[/yellow]" if record.status == UNDECIDED else "[green]ok[/green]"
 
 
 def _status(record: PhaseRecord) -> str:
     if not record.ok:
         return f"[red]{record.status}[/red]"
-    return f"[yellow]{record.status}[/yellow]" if record.status in UNDECIDED else record.status
+    return f"[yellow]{record.status}[/yellow]" if record.status == UNDECIDED else record.status
 
 
 def speed_cell(record: PhaseRecord | None) -> str:
@@ -80,13 +80,13 @@ def print_report(console: Console, record: CaseRecord, path: Path, show_fix: boo
         table.add_row(
             phase.phase,
             _status(phase),
-            ("[yellow]yes?[/yellow]" if phase.status in UNDECIDED else "[green]yes[/green]") if phase.ok else "[red]NO[/red]",
+            ("[yellow]yes?[/yellow]" if phase.status == UNDECIDED else "[green]yes[/green]") if phase.ok else "[red]NO[/red]",
             escape(_shorten(phase.message)),
             f"{phase.seconds:.2f}",
         )
     console.print(table)
     verdict = "[green]every phase met its expectation[/green]" if record.ok else "[red]some phase missed its expectation[/red]"
-    undecided = [phase.phase for phase in record.phases if phase.status in UNDECIDED]
+    undecided = [phase.phase for phase in record.phases if phase.status == UNDECIDED]
     if undecided:
         verdict += f" [yellow](undecided, not passed: {', '.join(undecided)})[/yellow]"
     console.print(f"{verdict}; record: {path}")
@@ -125,7 +125,7 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
         by_phase = {phase.phase: phase for phase in record.phases}
         bad_fixes = [phase for phase in record.phases if phase.phase.startswith("bad_fix:")]
         slow_fixes = [phase for phase in record.phases if phase.phase.startswith("slow_fix:") and phase.status != "no_budget"]
-        undecided += sum(phase.status in UNDECIDED for phase in record.phases)
+        undecided += sum(phase.status == UNDECIDED for phase in record.phases)
         table.add_row(
             label,
             device,

@@ -11,14 +11,15 @@ case module; it cannot stop code that re-executes the case's source file itself.
 
 from __future__ import annotations
 
-import dis
 import hashlib
 import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import CodeType, FunctionType, ModuleType
+from types import FunctionType, ModuleType
 from typing import Any, Callable
+
+from harness.cases import reachable
 
 SUBMITTED_KEY = "submitted_fix"  # in the case config given to the phases: {path, function, sha256}
 SOLUTION_ENTRY_POINTS = ("fixed", "reference", "speed_candidate")
@@ -102,31 +103,3 @@ def solution_functions(case: ModuleType) -> set[FunctionType]:
     """The case's functions reachable from `fixed`, `reference` and `speed_candidate` but not from `buggy`."""
     roots = [getattr(case, name) for name in SOLUTION_ENTRY_POINTS if isinstance(getattr(case, name, None), FunctionType)]
     return reachable(case, roots) - reachable(case, [case.buggy])
-
-
-def reachable(case: ModuleType, roots: list[FunctionType]) -> set[FunctionType]:
-    """`roots` and the functions of `case` they call by global name, transitively."""
-    seen: set[FunctionType] = set()
-    todo = list(roots)
-    while todo:
-        function = todo.pop()
-        if function in seen:
-            continue
-        seen.add(function)
-        for name in global_names(function.__code__):
-            value = vars(case).get(name)
-            if isinstance(value, FunctionType) and value.__module__ == case.__name__:
-                todo.append(value)
-    return seen
-
-
-def global_names(code: CodeType) -> list[str]:
-    """Global names a function's code reads, nested lambdas and comprehensions included, in order."""
-    names: list[str] = []
-    for instruction in dis.get_instructions(code):
-        if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and instruction.argval not in names:
-            names.append(instruction.argval)
-    for constant in code.co_consts:
-        if isinstance(constant, CodeType):
-            names += [name for name in global_names(constant) if name not in names]
-    return names

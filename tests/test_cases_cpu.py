@@ -41,6 +41,7 @@ def test_the_speed_phase_measures_a_ratio(cpu_record):
     figures = speed.figures
     assert 0 < figures["ratio_low"] <= figures["ratio"] <= figures["ratio_high"], speed.message
     assert figures["processes"] >= 2 and figures["samples"] >= 2 * figures["processes"] and figures["level"] == 0.95
+    assert figures["cpu_threads"] == 1, record.case
 
 
 def test_every_slow_fix_is_a_correct_fix_that_the_speed_verdict_flags(cpu_record):
@@ -59,6 +60,13 @@ def test_the_speed_verdict_can_go_either_way(environment, tmp_path):
         record, _ = run_case(cfg, "cpu", tmp_path / str(budget), environment)
         verdicts.append((record.phases[0].status, record.phases[0].ok))
     assert verdicts == [("within_budget", True), ("over_budget", False)]
+
+
+def test_a_slow_fix_under_a_generous_budget_is_missed(environment, tmp_path):
+    """The control's own check can fail: with room for anything, the slow fix is not flagged, and that is a failure."""
+    overrides = ("speed.process_s=0.1", "case.speed.budget.cpu=100")
+    record, _ = run_case(compose_config("case=embedding_oob", "device=cpu", "phases=[slow_fixes]", *overrides), "cpu", tmp_path, environment)
+    assert [(phase.status, phase.ok) for phase in record.phases] == [("missed", False)] * len(record.phases) and record.phases
 
 
 def test_an_interval_that_straddles_the_budget_is_inconclusive_not_a_pass(environment, tmp_path):
