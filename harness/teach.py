@@ -304,7 +304,7 @@ def _try_it(name: str, sources: Sources) -> list[str]:
     if hints:
         lines += ["Hints, one step at a time (click to open):", ""]
         for number, hint in enumerate(hints, start=1):
-            lines += [f"<details><summary>Hint {number}</summary>", "", html.escape(str(hint)), "", "</details>", ""]
+            lines += [f"<details><summary>Hint {number}</summary>", "", html.escape(str(hint), quote=False), "", "</details>", ""]
     else:
         lines += ["No hints yet.", ""]
     lines += [
