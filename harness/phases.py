@@ -27,6 +27,7 @@ fix instead of `fixed`, and speed times it against the case's own `fixed`.
 from __future__ import annotations
 
 import contextlib
+import random
 import re
 import time
 from dataclasses import dataclass
@@ -258,10 +259,14 @@ def _timed(
 def _speed_in_child(candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings) -> tuple[tuple | None, Failure | None]:
     case = load_case(cfg.name)
     speed_cfg = OmegaConf.merge(cfg, OmegaConf.select(cfg, "speed.inputs") or {}, inputs or {})
+    if settings.device == "cpu":
+        steady_cpu_allocator()
+    # Children forked from one server would lay their heaps out alike: shift each by a random amount, so that
+    # the layout's luck (seen here: one side 2x slow in every process of a run) varies between processes.
+    layout_shift = bytearray(random.randrange(1 << 22))  # noqa: F841 - kept alive while timing
     inputs = case.make_inputs(speed_cfg, settings.device)  # every thread; a case that cannot make its inputs is an error
     if settings.device == "cpu":
         torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
-        steady_cpu_allocator()
     candidate_function, baseline_function = _function(case, candidate, cfg), getattr(case, baseline)
     if submission_of(cfg) is not None and candidate == SPEED_CANDIDATE:  # grading: the submitted fix against the model solution
         baseline_function = case.fixed
