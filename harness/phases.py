@@ -7,7 +7,8 @@
     correct    compare `fixed` with `reference`
                passed | mismatch | raised | crashed | timeout | error
     speed      time `speed_candidate` (default `fixed`) against `speed_baseline`, on inputs made
-               from the case config with `speed.inputs` merged over it, in several child processes; the
+               from the case config with `speed.inputs`, then `speed.device_inputs.<device>`, merged
+               over it (`speed_config`), in several child processes; the
                ratio's confidence interval against the budget (harness.timing)
                within_budget | over_budget | inconclusive (ok, shown apart) | measured (no budget for this device)
                | raised | crashed | timeout | error
@@ -53,7 +54,7 @@ SLOW_FIX = "slow_fix:"
 @dataclass(frozen=True)
 class SpeedSettings:
     warmup: int = 1  # pairs run untimed first, in each process
-    pairs: int = 3  # interleaved candidate/baseline samples per process, at least...
+    pairs: int = 5  # interleaved candidate/baseline samples per process, at least...
     process_s: float = 0.5  # ...and more until they have taken this long
     min_processes: int = 2
     max_processes: int = 12
@@ -206,6 +207,12 @@ def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[Pha
         yield _timed(f"speed:{name}", SPEED_CANDIDATE, _budget(also, settings.device), cfg, settings, baseline=also.baseline, inputs=also.get("inputs"))
 
 
+def speed_config(cfg: DictConfig, device: str, inputs: Any = None) -> DictConfig:
+    """The case config that speed inputs are made from: `speed.inputs` merged over it, then
+    `speed.device_inputs.<device>`, then a comparison's own `inputs` (from `speed.also`)."""
+    return OmegaConf.merge(cfg, OmegaConf.select(cfg, "speed.inputs") or {}, OmegaConf.select(cfg, f"speed.device_inputs.{device}") or {}, inputs or {})
+
+
 def _budget(speed_cfg: DictConfig | None, device: str) -> float | None:
     """`budget.<device>` of a speed section (the case yaml's `speed`, or one of its `speed.also`)."""
     return None if speed_cfg is None else OmegaConf.select(speed_cfg, f"budget.{device}")
@@ -243,6 +250,7 @@ def _timed(
         if verdict is not None:
             break
     figures = {**estimate.figures(), "budget": budget, "calls_per_sample": samples.calls_per_sample, "cpu_threads": cpu_threads}
+    figures["retaken_pairs"] = sum(p.retaken for p in processes)
     figures["seconds"] = round(time.monotonic() - started, 2)
     interval = f"{estimate.ratio:.3f}x [{estimate.ratio_low:.3f}, {estimate.ratio_high:.3f}] ({estimate.level:.0%}, {estimate.samples} pairs in {estimate.processes} processes)"
     times = f"{estimate.candidate_s * 1e3:.3f} ms vs {estimate.baseline_s * 1e3:.3f} ms"
@@ -258,7 +266,7 @@ def _timed(
 
 def _speed_in_child(candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings) -> tuple[tuple | None, Failure | None]:
     case = load_case(cfg.name)
-    speed_cfg = OmegaConf.merge(cfg, OmegaConf.select(cfg, "speed.inputs") or {}, inputs or {})
+    speed_cfg = speed_config(cfg, settings.device, inputs)
     if settings.device == "cpu":
         steady_cpu_allocator()
     # Children forked from one server would lay their heaps out alike: shift each by a random amount, so that
@@ -277,7 +285,7 @@ def _speed_in_child(candidate: str, baseline: str, inputs: Any, cfg: DictConfig,
         )
     except Exception as error:  # noqa: BLE001
         return None, Failure.from_exception(error)
-    return (samples.candidate_s, samples.baseline_s, samples.calls_per_sample, torch.get_num_threads()), None  # plain data back
+    return (samples.candidate_s, samples.baseline_s, samples.calls_per_sample, samples.retaken, torch.get_num_threads()), None  # plain data back
 
 
 # -- slow fixes: controls that show the speed phase can fail ------------------------------

@@ -49,7 +49,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"speed.cpu_threads={cfg.speed.cpu_threads}: need at least 1")
     if cfg.case.name not in case_names():
         raise ConfigError(f"case yaml names {cfg.case.name!r}, but cases/ has no such module ({', '.join(case_names())})")
-    for scope in ("sizes", "speed.inputs.sizes"):
+    for scope in ("sizes", "speed.inputs.sizes", "speed.device_inputs.cpu.sizes", "speed.device_inputs.cuda.sizes"):
         for key, value in (OmegaConf.select(cfg.case, scope) or {}).items():
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"case.{scope}.{key}={value}: sizes must be positive integers")

@@ -95,8 +95,9 @@ for name in case.bad_fixes:  # each in a child process: on CUDA a bad fix may tr
 TIMING = '''\
 import torch.utils.benchmark as benchmark
 
-speed_cfg = OmegaConf.merge(cfg, OmegaConf.select(cfg, "speed.inputs") or {})  # the sizes the budget is set for
-speed_inputs = case.make_inputs(speed_cfg, device)
+from harness.phases import speed_config
+
+speed_inputs = case.make_inputs(speed_config(cfg, device), device)  # the sizes the budget is set for, on this device
 candidate = getattr(case, "speed_candidate", case.fixed)
 medians = {}
 for label, function in (("fix", candidate), ("baseline", case.speed_baseline)):

@@ -10,7 +10,9 @@ processes, not only within one, sets its width.
 from __future__ import annotations
 
 import ctypes
+import gc
 import math
+import resource
 import statistics
 import time
 from dataclasses import dataclass
@@ -19,6 +21,8 @@ from typing import Any, Callable
 import torch
 
 MIN_SAMPLE_S = 0.02  # a sample loops the function until it lasts at least this long
+FRESH_PAGES = 256  # minor page faults in one CPU sample (1 MiB of 4 KiB pages): the heap grew during it
+MAX_RETAKES = 8  # pairs retaken per process; past that, fresh pages are taken as part of the functions' cost
 METHOD = "Student t over per-process medians of paired log-ratios"
 
 
@@ -51,6 +55,7 @@ class PairedSamples:
     candidate_s: list[float]
     baseline_s: list[float]
     calls_per_sample: int
+    retaken: int = 0  # pairs taken again because the heap grew during one of their samples
 
     @property
     def log_ratios(self) -> list[float]:
@@ -99,19 +104,40 @@ def paired_samples(
 
     Load from other processes, clock drift and cache state fall on both sides of each pair. On
     CUDA each sample is bounded by events and synchronised; on CPU by `perf_counter`.
+
+    On CPU a pair is taken again (up to MAX_RETAKES times) when one of its samples faulted in fresh
+    pages. With the allocator pinned (`steady_cpu_allocator`) a call reuses freed heap memory, but
+    now and then glibc splits a large free block for a small request, and the next large request
+    grows the heap instead: a sample that touches 150 MB of fresh pages takes twice as long, on
+    whichever side it falls. Such samples made up a third of class_weight_index's pairs here.
+
+    The garbage collector is off while sampling, as in `timeit`: with mmseg, hydra and torch loaded, a
+    full collection took about 150 ms and tripled the sample it fell in.
     """
-    for _ in range(warmup):
-        candidate(inputs)
-        baseline(inputs)
-    synchronize(device)
-    calls = max(1, _calls_per_sample(baseline, inputs, device))
-    candidate_s: list[float] = []
-    baseline_s: list[float] = []
-    order = [(candidate, candidate_s), (baseline, baseline_s)]
-    while len(candidate_s) < pairs or sum(candidate_s) + sum(baseline_s) < min_s / calls:
-        for function, samples in order if len(candidate_s) % 2 == 0 else reversed(order):
-            samples.append(_sample(function, inputs, device, calls))
-    return PairedSamples(candidate_s, baseline_s, calls)
+    gc.collect()
+    gc.disable()  # as timeit does: a full collection lands on whichever sample happens to trigger it
+    try:
+        for _ in range(warmup):
+            candidate(inputs)
+            baseline(inputs)
+        synchronize(device)
+        calls = max(1, _calls_per_sample(baseline, inputs, device))
+        candidate_s: list[float] = []
+        baseline_s: list[float] = []
+        retaken = 0
+        while len(candidate_s) < pairs or sum(candidate_s) + sum(baseline_s) < min_s / calls:
+            taken = {}
+            for side, function in [("candidate", candidate), ("baseline", baseline)][:: 1 if len(candidate_s) % 2 == 0 else -1]:
+                faults = _minor_faults()
+                taken[side] = _sample(function, inputs, device, calls), _minor_faults() - faults
+            if device == "cpu" and max(f for _, f in taken.values()) > FRESH_PAGES and retaken < MAX_RETAKES:
+                retaken += 1
+                continue
+            candidate_s.append(taken["candidate"][0])
+            baseline_s.append(taken["baseline"][0])
+    finally:
+        gc.enable()
+    return PairedSamples(candidate_s, baseline_s, calls, retaken)
 
 
 def estimate_ratio(processes: list[PairedSamples], level: float) -> RatioEstimate:
@@ -188,8 +214,17 @@ def _regularized_incomplete_beta(a: float, b: float, x: float) -> float:
 
 
 def _calls_per_sample(function: Callable[[Any], Any], inputs: Any, device: str) -> int:
-    one_call_s = _sample(function, inputs, device, 1)
-    return int(MIN_SAMPLE_S / one_call_s) + 1 if one_call_s > 0 else 1
+    """How many calls last MIN_SAMPLE_S, counted by calling it that long (one call's time alone swung 5x)."""
+    calls, started = 0, time.perf_counter()
+    while time.perf_counter() - started < MIN_SAMPLE_S:
+        function(inputs)
+        synchronize(device)
+        calls += 1
+    return calls
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _sample(function: Callable[[Any], Any], inputs: Any, device: str, calls: int) -> float:

@@ -1,12 +1,16 @@
 """The speed verdict's statistics: paired samples, the interval over processes, the verdict against a budget."""
 
+import gc
 import math
 import random
+import time
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
-from harness.timing import PairedSamples, estimate_ratio, judge, paired_samples, student_t_quantile
+from harness.phases import speed_config
+from harness.timing import MAX_RETAKES, MIN_SAMPLE_S, PairedSamples, estimate_ratio, judge, paired_samples, student_t_quantile
 
 
 def test_paired_samples_alternate_and_keep_sampling_until_the_time_is_spent():
@@ -15,6 +19,47 @@ def test_paired_samples_alternate_and_keep_sampling_until_the_time_is_spent():
     assert len(samples.candidate_s) == len(samples.baseline_s) >= 3
     assert (sum(samples.candidate_s) + sum(samples.baseline_s)) * samples.calls_per_sample >= 0.05
     assert all(s > 0 for s in samples.candidate_s + samples.baseline_s) and samples.calls_per_sample >= 1
+
+
+def _touching_fresh_pages(on_calls):
+    """A function that, on the calls numbered in `on_calls` (from 1), writes 4 MiB of memory it keeps: fresh pages."""
+    kept, calls = [], [0]
+
+    def function(_):
+        calls[0] += 1
+        if calls[0] in on_calls:
+            kept.append(b"x" * (4 << 20))
+
+    return function
+
+
+def _a_sample_long():
+    return lambda _: time.sleep(MIN_SAMPLE_S)  # the baseline sets the calls per sample: one
+
+
+def test_a_pair_whose_sample_took_fresh_pages_is_taken_again():
+    # call 1 is the warm-up; calls 2 and 3 fall in the first pair, taken, then retaken once
+    samples = paired_samples(_touching_fresh_pages({2, 3}), _a_sample_long(), None, device="cpu", warmup=1, pairs=3)
+    assert samples.calls_per_sample == 1
+    assert samples.retaken == 2 and len(samples.candidate_s) == 3
+
+
+def test_retakes_are_bounded_when_every_call_takes_fresh_pages():
+    samples = paired_samples(_touching_fresh_pages(range(1, 1000)), _a_sample_long(), None, device="cpu", warmup=1, pairs=3)
+    assert samples.retaken == MAX_RETAKES and len(samples.candidate_s) == 3
+
+
+def test_the_garbage_collector_is_off_while_sampling_and_on_again_after():
+    seen = []
+    paired_samples(lambda _: seen.append(gc.isenabled()), lambda _: None, None, device="cpu", warmup=1, pairs=3)
+    assert seen and not any(seen) and gc.isenabled()
+
+
+def test_speed_inputs_merge_over_the_case_config_then_per_device_then_per_comparison():
+    cfg = OmegaConf.create({"sizes": {"batch": 2, "width": 8}, "speed": {"inputs": {"sizes": {"batch": 4}}, "device_inputs": {"cuda": {"sizes": {"width": 64}}}}})
+    assert dict(speed_config(cfg, "cpu").sizes) == {"batch": 4, "width": 8}
+    assert dict(speed_config(cfg, "cuda").sizes) == {"batch": 4, "width": 64}
+    assert dict(speed_config(cfg, "cuda", {"sizes": {"batch": 1}}).sizes) == {"batch": 1, "width": 64}
 
 
 @pytest.mark.parametrize(("p", "df", "expected"), [(0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 5, 2.571), (0.975, 30, 2.042), (0.995, 10, 3.169), (0.05, 3, -2.353)])
