@@ -54,7 +54,7 @@ SLOW_FIX = "slow_fix:"
 @dataclass(frozen=True)
 class SpeedSettings:
     warmup: int = 1  # pairs run untimed first, in each process
-    pairs: int = 5  # interleaved candidate/baseline samples per process, at least...
+    pairs: int = 3  # interleaved candidate/baseline samples per process, at least...
     process_s: float = 0.5  # ...and more until they have taken this long
     min_processes: int = 2
     max_processes: int = 12

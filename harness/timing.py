@@ -114,7 +114,6 @@ def paired_samples(
     The garbage collector is off while sampling, as in `timeit`: with mmseg, hydra and torch loaded, a
     full collection took about 150 ms and tripled the sample it fell in.
     """
-    gc.collect()
     gc.disable()  # as timeit does: a full collection lands on whichever sample happens to trigger it
     try:
         for _ in range(warmup):
