@@ -2,6 +2,7 @@
 
 import gc
 import math
+import mmap
 import random
 import time
 
@@ -28,7 +29,9 @@ def _touching_fresh_pages(on_calls):
     def function(_):
         calls[0] += 1
         if calls[0] in on_calls:
-            kept.append(b"x" * (4 << 20))
+            block = mmap.mmap(-1, 4 << 20)  # anonymous pages of its own: fresh, whatever the heap already holds
+            block.write(b"x" * (4 << 20))
+            kept.append(block)
 
     return function
 
