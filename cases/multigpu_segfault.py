@@ -83,7 +83,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-import torch._dynamo  # noqa: F401 - DDP's constructor imports it (2 s on a loaded core): once here, not in every forked rank
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
@@ -115,6 +114,11 @@ triage_signs = TriageSigns(signs=(
     Sign("veto", r"DataLoader worker \(pid|encountered in worker\.", 0, "the signal killed a DataLoader worker, not a rank"),
     Sign("veto", r"CUDA out of memory|OutOfMemoryError", 0, "the job ran out of memory"),
 ))
+
+
+def preload():
+    """DDP's constructor imports torch._dynamo (2 s on a loaded core): once in the fork server, not in every rank."""
+    import torch._dynamo  # noqa: F401
 
 
 class PreflightMismatch(RuntimeError):

@@ -16,6 +16,9 @@ name. The module provides plain names, no base class:
                      speed verdict must flag it. Required where the yaml sets a speed budget for any device
     speed_reference  inputs -> output: the intended output of `speed_candidate`, computed independently;
                      required with `slow_fixes` where the case times only part of the fix
+    preload          (optional) () -> None: slow imports every child needs (an upstream package); the fork
+                     server calls it once (harness/preload.py), so neither the children nor the harness's
+                     own process pay for them
     triage_signs     TriageSigns(signs=(Sign(kind, pattern, weight, why), ...)): how `python -m harness.triage`
                      recognises this failure's family in a pasted log; placed right after `symptoms`,
                      literal data only (triage reads it from the source, without importing the case)
@@ -39,7 +42,6 @@ from pathlib import Path
 from types import CodeType, FunctionType, ModuleType
 
 import yaml
-from torch.torch_version import TorchVersion
 
 from harness.isolate import Failure
 
@@ -71,6 +73,8 @@ class Symptom:
 
     def expected_on(self, torch_version: str) -> bool:
         """Whether the buggy code is expected to fail on this torch version."""
+        from torch.torch_version import TorchVersion  # here, not at the top: `python -m harness` imports this module before torch
+
         return self.fixed_in is None or TorchVersion(torch_version) < self.fixed_in
 
     def mismatches(self, failure: Failure, output: str) -> list[str]:
@@ -93,6 +97,11 @@ class CaseText:
 
 def case_names() -> list[str]:
     return sorted(path.stem for path in CASES_DIR.glob("*.py") if not path.name.startswith("_"))
+
+
+def fork_server_modules() -> list[str]:
+    """What the fork server imports before its first child: the phases, every case, then each case's `preload`."""
+    return ["harness.phases", *(f"cases.{name}" for name in case_names()), "harness.preload"]
 
 
 def config_names() -> list[str]:

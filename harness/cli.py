@@ -29,13 +29,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness import grade, sweep
-from harness.cases import ROOT
+from harness.cases import ROOT, case_names, load_case
 from harness.report import print_progress, print_report
-from harness.cases import load_case
 from harness.run import ConfigError, DeviceUnavailable, probe_environment, resolve_device, run_case, submitted_fix, validate
 from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, read_token, report_sweep, write_status
 
 EXIT_USAGE, EXIT_NO_DEVICE = 2, 3
+USAGE = "python -m harness case=<name> [device=auto|cpu|cuda] [phases=[...]] [fix=<file.py>:<function> | hint=<n> | exercise=<dir>]"
 
 _worst_exit = EXIT_OK
 _jobs_started = 0
@@ -163,7 +163,18 @@ def _hint_at_missing_launchers() -> None:
             print(f"hint: hydra/launcher={name} needs the launchers: pip install -e '.[scale]'", file=sys.stderr)
 
 
+def _print_usage_without_a_case() -> bool:
+    """`--help` with no case=: Hydra's help composes a config, which needs a case; give the usage instead."""
+    args = sys.argv[1:]
+    if not any(arg in ("--help", "-h") for arg in args) or any(arg.startswith("case=") for arg in args):
+        return False
+    print(f"usage: {USAGE}\ncases: {', '.join(case_names())}\nevery setting, for one case: python -m harness case=<name> --help")
+    return True
+
+
 def main() -> None:
+    if _print_usage_without_a_case():
+        sys.exit(EXIT_OK)
     try:
         _hydra_main()
     except SystemExit as exit_:

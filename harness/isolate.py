@@ -25,9 +25,12 @@ so no `__reduce__` runs code in the parent). Tensors travel as `torch.save` byte
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import faulthandler
 import json
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
 import signal
@@ -102,6 +105,22 @@ _FORK_SERVER.set_forkserver_preload(_DEFAULT_PRELOAD)
 def preload(modules: list[str]) -> None:
     """Modules the fork server imports once, before its first child (no effect once it runs)."""
     _FORK_SERVER.set_forkserver_preload([*_DEFAULT_PRELOAD, *modules])
+
+
+def start_fork_server(modules: list[str]) -> None:
+    """Start the fork server now, preloading `modules`: it imports them while this process goes on with
+    its own imports (on two cores, seconds saved before the first child). If this process ends first
+    (a usage error, --help), the server is killed rather than left importing."""
+    preload(modules)
+    multiprocessing.forkserver.ensure_running()
+    atexit.register(_kill_fork_server)
+
+
+def _kill_fork_server() -> None:
+    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)  # None once stopped
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def run_isolated(function: Callable[..., Any], *args: Any, timeout_s: float, **kwargs: Any) -> ChildResult:

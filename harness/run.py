@@ -10,7 +10,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from harness import grade
-from harness.cases import case_names, case_text, load_case
+from harness.cases import case_names, case_text, fork_server_modules, load_case
 from harness.isolate import preload, run_isolated
 from harness.phases import PHASES, Settings, SpeedSettings, run_phase
 from harness.records import CaseRecord, PhaseRecord, host_environment, now, probe_device, write_record
@@ -106,7 +106,7 @@ def probe_environment() -> dict[str, Any]:
 
 def preload_cases() -> None:
     """Have the fork server import every case once, so each phase's child starts with them loaded."""
-    preload(["harness.phases", *(f"cases.{name}" for name in case_names())])
+    preload(fork_server_modules())
 
 
 def run_case(

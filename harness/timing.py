@@ -21,7 +21,8 @@ from typing import Any, Callable
 import torch
 
 MIN_SAMPLE_S = 0.02  # a sample loops the function until it lasts at least this long
-FRESH_PAGES = 256  # minor page faults in one CPU sample (1 MiB of 4 KiB pages): the heap grew during it
+FRESH_PAGES_PER_S = 12_800  # minor page faults per second of a CPU sample (256 in a 20 ms one): the heap grew during it.
+# A fault cost 3.5 us on the 2-core machine: at this rate, 4.5% of the sample's time
 MAX_RETAKES = 8  # pairs retaken per process; past that, fresh pages are taken as part of the functions' cost
 METHOD = "Student t over per-process medians of paired log-ratios"
 
@@ -106,10 +107,11 @@ def paired_samples(
     CUDA each sample is bounded by events and synchronised; on CPU by `perf_counter`.
 
     On CPU a pair is taken again (up to MAX_RETAKES times) when one of its samples faulted in fresh
-    pages. With the allocator pinned (`steady_cpu_allocator`) a call reuses freed heap memory, but
-    now and then glibc splits a large free block for a small request, and the next large request
-    grows the heap instead: a sample that touches 150 MB of fresh pages takes twice as long, on
-    whichever side it falls. Such samples made up a third of class_weight_index's pairs here.
+    pages, more than FRESH_PAGES_PER_S for its length: the same share of any sample's time, 256 pages
+    in 20 ms, 1,472 in 115 ms. With the allocator pinned (`steady_cpu_allocator`) a call reuses freed
+    heap memory, but now and then glibc splits a large free block for a small request, and the next
+    large request grows the heap instead: a sample that touches 150 MB of fresh pages takes twice as
+    long, on whichever side it falls. Such samples made up a third of class_weight_index's pairs here.
 
     The garbage collector is off while sampling, as in `timeit`: with mmseg, hydra and torch loaded, a
     full collection took 0.17-0.20 s and tripled the sample it fell in.
@@ -130,7 +132,8 @@ def paired_samples(
             for side, function in [("candidate", candidate), ("baseline", baseline)][:: 1 if len(candidate_s) % 2 == 0 else -1]:
                 faults = _minor_faults()
                 taken[side] = _sample(function, inputs, device, calls), _minor_faults() - faults
-            if device == "cpu" and max(f for _, f in taken.values()) > FRESH_PAGES and retaken < MAX_RETAKES:
+            fresh = any(faults > FRESH_PAGES_PER_S * seconds * calls for seconds, faults in taken.values())
+            if device == "cpu" and fresh and retaken < MAX_RETAKES:
                 retaken += 1
                 continue
             candidate_s.append(taken["candidate"][0])

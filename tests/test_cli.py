@@ -50,6 +50,12 @@ def test_a_missing_or_unknown_case_lists_the_cases(tmp_path, case_args):
         assert name in run.stderr + run.stdout
 
 
+def test_help_without_a_case_gives_the_usage_not_a_traceback(tmp_path):
+    run = harness("--help", tmp_path=tmp_path)
+    assert run.returncode == EXIT_OK and "Traceback" not in run.stderr
+    assert run.stdout.startswith("usage: python -m harness case=<name>") and all(name in run.stdout for name in case_names())
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

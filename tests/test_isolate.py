@@ -1,4 +1,5 @@
 import ctypes
+import gc
 import os
 import subprocess
 import sys
@@ -127,3 +128,15 @@ def test_a_caller_that_used_torch_threads_does_not_hang_its_children():
     _parallel_work()
     result = run_isolated(_parallel_work, timeout_s=60)
     assert result.status == "returned", result.summary
+
+
+def _fork_server_state():
+    return gc.get_freeze_count(), [name for name in ("torch._dynamo", "mmseg.models.losses.cross_entropy_loss") if name in sys.modules]
+
+
+def test_children_start_with_each_cases_preload_done_and_the_preloaded_objects_frozen():
+    # conftest's probe started the fork server with harness.cases.fork_server_modules()
+    result = run_isolated(_fork_server_state, timeout_s=60)
+    frozen, preloaded = result.value
+    assert frozen > 100_000  # torch alone: a child's full collection never scans these
+    assert preloaded == ["torch._dynamo", "mmseg.models.losses.cross_entropy_loss"]  # multigpu_segfault's, class_weight_index's

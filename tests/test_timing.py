@@ -22,16 +22,17 @@ def test_paired_samples_alternate_and_keep_sampling_until_the_time_is_spent():
     assert all(s > 0 for s in samples.candidate_s + samples.baseline_s) and samples.calls_per_sample >= 1
 
 
-def _touching_fresh_pages(on_calls):
-    """A function that, on the calls numbered in `on_calls` (from 1), writes 4 MiB of memory it keeps: fresh pages."""
+def _touching_fresh_pages(on_calls, mib=4, lasting_s=0.0):
+    """A function that, on the calls numbered in `on_calls` (from 1), writes `mib` MiB of memory it keeps: fresh pages."""
     kept, calls = [], [0]
 
     def function(_):
         calls[0] += 1
         if calls[0] in on_calls:
-            block = mmap.mmap(-1, 4 << 20)  # anonymous pages of its own: fresh, whatever the heap already holds
-            block.write(b"x" * (4 << 20))
+            block = mmap.mmap(-1, mib << 20)  # anonymous pages of its own: fresh, whatever the heap already holds
+            block.write(b"x" * (mib << 20))
             kept.append(block)
+        time.sleep(lasting_s)
 
     return function
 
@@ -45,6 +46,13 @@ def test_a_pair_whose_sample_took_fresh_pages_is_taken_again():
     samples = paired_samples(_touching_fresh_pages({2, 3}), _a_sample_long(), None, device="cpu", warmup=1, pairs=3)
     assert samples.calls_per_sample == 1
     assert samples.retaken == 2 and len(samples.candidate_s) == 3
+
+
+def test_a_long_sample_may_take_fresh_pages_in_proportion_to_its_length():
+    # 2 MiB (512 pages) in a 20 ms sample is retaken; in a 100 ms one it is under FRESH_PAGES_PER_S
+    short = paired_samples(_touching_fresh_pages({2}, mib=2), _a_sample_long(), None, device="cpu", warmup=1, pairs=3)
+    long = paired_samples(_touching_fresh_pages({2}, mib=2, lasting_s=0.1), lambda _: time.sleep(0.1), None, device="cpu", warmup=1, pairs=3)
+    assert (short.retaken, long.retaken) == (1, 0)
 
 
 def test_retakes_are_bounded_when_every_call_takes_fresh_pages():
