@@ -186,15 +186,24 @@ def read_rank_logs(log_root: str) -> dict[int, dict[str, Any]]:
             native = [line.strip() for line in text[: fatal.start()].splitlines() if "what():" in line]
             if native:
                 rank["native_error"] = native[-1].removeprefix("what():").strip()
-        elif error_file.exists():
-            message = json.loads(error_file.read_text())["message"]
+        elif (error := _recorded_error(error_file)) is not None:
             rank["outcome"] = "raised"
-            rank["error"] = (message["message"] if isinstance(message, dict) else str(message)).strip().splitlines()[0]
+            rank["error"] = error
             rank["ended_at"] = error_file.stat().st_mtime
-        else:
+        else:  # no error file, or one the launcher's SIGTERM cut short while the rank wrote it
             rank["outcome"] = "stopped by the launcher"
         ranks[int(rank_dir.name)] = rank
     return ranks
+
+
+def _recorded_error(error_file: Path) -> str | None:
+    """The first line of the error a rank recorded in its elastic error file; None if there is none to read."""
+    try:
+        message = json.loads(error_file.read_text())["message"]
+        lines = (message["message"] if isinstance(message, dict) else str(message)).strip().splitlines()
+    except (OSError, ValueError, KeyError, TypeError):  # missing, empty or cut short (seen on torch 2.4.1)
+        return None
+    return lines[0] if lines else ""
 
 
 def _readable(log: str) -> str:

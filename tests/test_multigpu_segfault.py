@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 import cases.multigpu_segfault as case
-from cases._ddp_worker import descendants, launch, listening, own_listening_ports
+from cases._ddp_worker import descendants, launch, listening, own_listening_ports, read_rank_logs
 from harness.cases import CASE_CONFIG_DIR, contract_problems
 
 CONFIG = OmegaConf.load(CASE_CONFIG_DIR / "multigpu_segfault.yaml")
@@ -218,3 +218,21 @@ def test_yaml_fault_modes_are_the_case_modes():
     assert "fault: env_precision" in Path(CASE_CONFIG_DIR / "multigpu_segfault.yaml").read_text()
     with pytest.raises(ValueError, match="fault=bogus"):
         job(fault="bogus")
+
+
+@pytest.mark.parametrize("content", ["", '{"message": {"message": "RuntimeE', '{"message": {}}'], ids=["empty", "cut short", "no message"])
+def test_a_rank_whose_error_file_was_cut_short_reads_as_stopped_by_the_launcher(tmp_path, content):
+    # The launcher's SIGTERM can fall while a rank writes its error file (seen on torch 2.4.1): an empty file.
+    rank_dir = tmp_path / "run" / "attempt_0" / "1"
+    rank_dir.mkdir(parents=True)
+    (rank_dir / "stderr.log").write_text("")
+    (rank_dir / "error.json").write_text(content)
+    assert read_rank_logs(str(tmp_path))[1]["outcome"] == "stopped by the launcher"
+
+
+def test_a_rank_that_raised_reads_as_raised_with_the_first_line_of_its_error(tmp_path):
+    rank_dir = tmp_path / "run" / "attempt_0" / "0"
+    rank_dir.mkdir(parents=True)
+    (rank_dir / "error.json").write_text('{"message": {"message": "PreflightMismatch: rank 1 differs\\nmore", "extraInfo": {}}}')
+    rank = read_rank_logs(str(tmp_path))[0]
+    assert (rank["outcome"], rank["error"]) == ("raised", "PreflightMismatch: rank 1 differs")
