@@ -117,7 +117,7 @@ triage_signs = TriageSigns(signs=(
 
 
 def preload():
-    """DDP's constructor imports torch._dynamo (2 s on a loaded core): once in the fork server, not in every rank."""
+    """DDP's constructor imports torch._dynamo (1.2 s here): once in the fork server, not in every rank."""
     import torch._dynamo  # noqa: F401
 
 
