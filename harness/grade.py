@@ -30,10 +30,13 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import hashlib
 import inspect
 import io
 import itertools
 import re
+import secrets
+import shutil
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,17 +47,19 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from harness.cases import REQUIRED_SECTIONS, load_case
+from harness.cases import REQUIRED_SECTIONS, ROOT, load_case
 from harness.compare import compare, flatten_tensors
+from harness.confine import Limits
 from harness.isolate import run_isolated
-from harness.phases import Settings, _abnormal, _call, _difference, _record, _tolerance, fix_under_test
+from harness.phases import Settings, _abnormal, _call, _difference, _record, _tolerance, fix_under_test, speed_config
 from harness.phases import run_phase as run_case_phase
 from harness.records import CaseRecord, PhaseRecord
 from harness.cases import global_names, reachable
 from harness.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file  # noqa: F401 - file_sha256 for run.py
 
 IMPLAUSIBLY_FAST = 0.25  # submitted / model solution: below this the fix is flagged, not praised
-GRADED_PHASES = ("fix", "correct", "correct:second_inputs", "speed")
+GRADED_PHASES = ("fix", "correct", "correct:second_inputs", "speed", "integrity")
+PROJECT_SOURCES = ("harness/**/*.py", "cases/**/*.py", "conf/**/*.yaml", "pyproject.toml")  # byte-identical after grading, or restored
 HINT_STEPS = 3
 EXERCISE_FUNCTION = "fix"
 
@@ -93,7 +98,9 @@ def submission(spec: str, timeout_s: float) -> Submission:
 
 
 def _import_problem(submitted: Submission, timeout_s: float) -> str | None:
-    result = run_isolated(_import_in_child, submitted.path, submitted.function, timeout_s=timeout_s)
+    result = run_isolated(_import_in_child, submitted.path, submitted.function, timeout_s=timeout_s, confined=Limits())
+    if result.refused_writes or result.left_behind:
+        return None  # not a usage error but an attempt on the grader: the grade runs, and its integrity check names it
     if result.status == "raised":
         failure = result.failure
         lines = re.findall(rf'File "{re.escape(submitted.path)}", line (\d+)', failure.traceback)
@@ -129,19 +136,26 @@ def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings)
     """As `harness.phases.run_phase`, with the graded checks in place of `correct` and around fix and speed."""
     if phase == "correct":
         yield correct(case, cfg, settings)
-        yield correct(case, OmegaConf.merge(cfg, {"seed": cfg.seed + 1}), settings, "correct:second_inputs")
+        yield correct(case, OmegaConf.merge(cfg, {"seed": private_seed(cfg.seed)}), settings, "correct:second_inputs")
         return
     for record in run_case_phase(phase, case, cfg, settings):
         if phase == "fix":
             yield _name_the_symptom(record, case, settings.device)
-        elif phase == "speed":
-            yield _flag_implausibly_fast(record)
+        elif record.phase == "speed" or record.phase.startswith("speed:"):
+            yield _flag_implausibly_fast(check_timed_outputs(record, cfg, settings))
         else:
             yield record
 
 
+def private_seed(published: int) -> int:
+    """A seed drawn for this grade alone, never the case's published one: inputs no submission can know ahead."""
+    while (seed := secrets.randbelow(1 << 31)) == published:
+        pass
+    return seed
+
+
 def correct(case: ModuleType, cfg: DictConfig, settings: Settings, phase: str = "correct") -> PhaseRecord:
-    ran = run_isolated(_run_submitted_in_child, cfg, settings.device, timeout_s=settings.timeout_s)
+    ran = run_isolated(_run_submitted_in_child, cfg, settings.device, timeout_s=settings.timeout_s, confined=settings.limits)
     if ran.status != "returned":
         return _abnormal(phase, ran)
     sent, failure = ran.value
@@ -173,6 +187,9 @@ def _run_submitted_in_child(cfg: DictConfig, device: str) -> tuple[bytes | str |
         tensors = [tensor.detach() for tensor in flatten_tensors(output)]
     except TypeError:
         return f"returned {type(output).__name__}, not tensors (a tensor, or a tuple, list or dict of them)", None
+    subclass = next((type(tensor) for tensor in flatten_tensors(output) if type(tensor) is not torch.Tensor), None)
+    if subclass is not None:
+        return f"returned a {subclass.__module__}.{subclass.__qualname__}, a tensor subclass, not a plain torch.Tensor", None
     buffer = io.BytesIO()
     save({"output": tensors, "inputs": snapshot(inputs)}, buffer)  # one save: storage an output shares with an input stays shared
     return buffer.getvalue(), None
@@ -186,7 +203,10 @@ def _judge_in_child(cfg: DictConfig, device: str, sent: bytes) -> tuple[str, str
     want, failure = _call(case.reference, inputs, device)
     if failure is not None:
         raise RuntimeError(f"the reference itself failed: {failure.headline}")
-    got = torch.load(io.BytesIO(sent), weights_only=True)
+    try:
+        got = torch.load(io.BytesIO(sent), weights_only=True)
+    except Exception as error:  # noqa: BLE001 - anything but plain tensors and values
+        return "wrong_output", f"its output could not be read back as plain tensors ({type(error).__name__})", {}
     return judge(got["output"], flatten_tensors(want), got["inputs"], pristine, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol)
 
 
@@ -274,6 +294,100 @@ def _plain(value: Any) -> Any:
     return f"object {type(value).__module__}.{type(value).__qualname__}"
 
 
+def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    """The timed calls' outputs the parent kept (harness/clock.py), against the reference for the same
+    inputs, computed in a clean child; a wrong one rejects the fix, whatever its speed."""
+    kept = record.figures.pop("checked_outputs", None)
+    check_dir = record.figures.pop("checked_dir", None)
+    if kept is None:
+        return record
+    try:
+        figures = {**record.figures, "timed_outputs_checked": len(kept), "timed_outputs_of": record.figures.get("timed_blocks", 0)}
+        if not kept:
+            return dataclasses.replace(record, figures=figures)
+        also = record.phase.partition(":")[2]
+        inputs = OmegaConf.select(cfg, f"speed.also.{also}.inputs") if also else None
+        judged = run_isolated(_judge_timed_in_child, cfg, settings.device, inputs, kept, timeout_s=settings.timeout_s)
+        if judged.status != "returned":
+            return _abnormal(record.phase, judged)
+        wrong, message = judged.value
+        figures["timed_outputs_wrong"] = wrong
+        if wrong:
+            line = f"{wrong} of {len(kept)} checked timed outputs differ from the reference for their inputs (first: {message}); what is timed must be what is checked"
+            return dataclasses.replace(record, status="timed_output_wrong", ok=False, message=line, figures=figures)
+        return dataclasses.replace(record, figures=figures)
+    finally:
+        if check_dir:
+            shutil.rmtree(check_dir, ignore_errors=True)
+
+
+def _judge_timed_in_child(cfg: DictConfig, device: str, inputs: Any, kept: list[dict[str, Any]]) -> tuple[int, str]:
+    """(how many kept outputs are wrong, what was wrong with the first), one reference per timing process's seed."""
+    case = load_case(cfg.name)
+    wrong, first = 0, ""
+    for seed in dict.fromkeys(entry["seed"] for entry in kept):
+        seeded = OmegaConf.merge(speed_config(cfg, device, inputs), {"seed": seed})
+        want, failure = _call(case.reference, case.make_inputs(seeded, device), device)
+        if failure is not None:
+            raise RuntimeError(f"the reference itself failed: {failure.headline}")
+        for entry in (e for e in kept if e["seed"] == seed):
+            status, message = _judge_kept(entry["path"], flatten_tensors(want), cfg)
+            if status != "passed":
+                wrong += 1
+                first = first or f"process {entry['process']}, timed block {entry['block']}: {status}: {message}"
+    return wrong, first
+
+
+def _judge_kept(path: str, want: list, cfg: DictConfig) -> tuple[str, str]:
+    if path.endswith(".txt"):
+        return "wrong_output", Path(path).read_text()
+    try:
+        got = torch.load(path, weights_only=True)
+    except Exception as error:  # noqa: BLE001 - anything but plain tensors: a subclass, an object
+        return "wrong_output", f"not plain tensors ({type(error).__name__})"
+    status, message, figures = judge(got, want, {}, {}, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol)
+    return status, message or (_difference(figures) if status == "mismatch" else "")
+
+
+# -- the project, untouched --------------------------------------------------------------------------
+
+
+def project_sources() -> dict[str, bytes]:
+    """The harness's, the cases' and the configs' files, by path relative to the project root."""
+    return {str(path.relative_to(ROOT)): path.read_bytes() for pattern in PROJECT_SOURCES for path in sorted(ROOT.glob(pattern)) if path.is_file()}
+
+
+def integrity(before: dict[str, bytes], record: CaseRecord) -> PhaseRecord:
+    """After grading: the project's sources byte-identical (a changed file is restored, and rejects the fix), no
+    write outside a child's scratch directory attempted, no process of the submission left running."""
+    after = project_sources()
+    changed = sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
+    for path in changed:
+        target = ROOT / path
+        if path in before:
+            target.write_bytes(before[path])
+        else:
+            target.unlink(missing_ok=True)
+    refused = list(dict.fromkeys(line for phase in record.phases for line in phase.figures.get("refused_writes", [])))
+    left = list(dict.fromkeys(line for phase in record.phases for line in phase.figures.get("left_behind", [])))
+    confinement = next((phase.figures["confinement"] for phase in record.phases if phase.figures.get("confinement")), None)
+    figures = {
+        "sources": len(before),
+        "sources_sha256": hashlib.sha256(b"".join(path.encode() + hashlib.sha256(data).digest() for path, data in sorted(before.items()))).hexdigest(),
+        "changed": changed,
+        "refused_writes": refused,
+        "left_behind": left,
+        "confinement": confinement,
+    }
+    if changed:
+        return PhaseRecord("integrity", "tampered", False, f"the grade changed {', '.join(changed[:3])}: restored from the copy read before grading", figures)
+    if refused:
+        return PhaseRecord("integrity", "wrote_outside_sandbox", False, f"the submission tried to write outside its scratch directory (refused): {'; '.join(refused[:3])}", figures)
+    if left:
+        return PhaseRecord("integrity", "left_processes", False, f"the submission left {len(left)} process(es) running after its call (killed): {left[0]}", figures)
+    return PhaseRecord("integrity", "passed", True, f"{len(before)} project sources unchanged (sha256 {figures['sources_sha256'][:12]}); no write outside the sandbox; no process left", figures)
+
+
 def _name_the_symptom(record: PhaseRecord, case: ModuleType, device: str) -> PhaseRecord:
     """A fix that still raises the case's own error says so: the bug is still there."""
     symptom = case.symptoms[device]
@@ -298,15 +412,31 @@ def _flag_implausibly_fast(record: PhaseRecord) -> PhaseRecord:
 
 
 def verdict(record: CaseRecord) -> Verdict:
-    """Accepted when every graded check that ran passed; else the first failing one, with its evidence."""
+    """Accepted when every graded check that ran passed, with what was checked; else the first failing one
+    (the integrity check first: it names what a submission did to the grader), with its evidence."""
     graded = [phase for phase in record.phases if phase.phase in GRADED_PHASES]
-    failed = next((phase for phase in graded if not phase.ok), None)
-    if failed is not None:
-        return Verdict(False, f"rejected by {failed.phase}: {failed.status}: {' '.join(failed.message.split())}")
+    failed = sorted((phase for phase in graded if not phase.ok), key=lambda phase: phase.phase != "integrity")
+    if failed:
+        also = "".join(f"; also {phase.phase}: {phase.status}" for phase in failed[1:4])
+        refused = " (writes outside its scratch directory are refused while grading)" if re.search(r"Permission ?denied|PermissionError", failed[0].message) else ""
+        return Verdict(False, f"rejected by {failed[0].phase}: {failed[0].status}: {' '.join(failed[0].message.split())}{refused}{also}")
     if not graded:
         return Verdict(False, "rejected: no graded check ran (phases= must include fix, correct or speed)")
     skipped = [name for name in GRADED_PHASES if name not in {phase.phase for phase in graded}]
-    return Verdict(True, "accepted: " + ", ".join(phase.phase for phase in graded) + " passed" + (f" ({', '.join(skipped)} not run)" if skipped else ""))
+    return Verdict(True, "accepted: " + ", ".join(phase.phase for phase in graded) + " passed" + (f" ({', '.join(skipped)} not run)" if skipped else "") + _what_was_checked(graded))
+
+
+def _what_was_checked(graded: list[PhaseRecord]) -> str:
+    by_name = {phase.phase: phase.figures for phase in graded}
+    said = []
+    if "speed" in by_name and "timed_outputs_checked" in by_name["speed"]:
+        speed = by_name["speed"]
+        said.append(f"{speed['timed_outputs_checked']} of {speed['timed_outputs_of']} timed outputs checked, the parent's clock decided")
+    if "integrity" in by_name:
+        integrity_figures = by_name["integrity"]
+        said.append(f"writes: {(integrity_figures.get('confinement') or 'not confined').partition(';')[0].removeprefix('writes: ')}")
+        said.append(f"{integrity_figures['sources']} sources unchanged (sha256 {integrity_figures['sources_sha256'][:12]})")
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def solution_diff(submitted: Submission, case: ModuleType) -> str:

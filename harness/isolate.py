@@ -41,6 +41,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from harness.confine import Limits, Reaper, children_of, confine_child, descendants_of, refused_writes
+
 OUTPUT_TAIL_CHARS = 20_000
 PLAIN_GLOBALS = {("harness.isolate", "Failure"), ("builtins", "complex"), ("torch.torch_version", "TorchVersion")}  # TorchVersion: a str  # besides None, bool, int, float, complex, str, bytes, tuple, list, dict, set
 
@@ -76,13 +78,18 @@ class Failure:
 
 @dataclass
 class ChildResult:
-    status: Literal["returned", "raised", "signalled", "exited", "timeout"]
+    status: Literal["returned", "raised", "signalled", "exited", "timeout", "limit"]
     seconds: float
     value: Any = None
     failure: Failure | None = None
     signal: str | None = None  # e.g. "SIGSEGV" when status == "signalled"
     exit_code: int | None = None  # when status == "exited" (the child left without a result)
     output: str = field(default="", repr=False)  # tail of the child's stdout and stderr
+    talk: Any = None  # what the parent's side of a conversation with the child returned (`run_isolated(talk=...)`)
+    left_behind: list[str] = field(default_factory=list)  # processes the child left running, killed after it
+    refused_writes: list[str] = field(default_factory=list)  # a confined child's writes outside its scratch directory
+    confinement: str | None = None  # how a confined child was held ("landlock ABI 7; limits ..."), as it reported
+    limit: str | None = None  # the limit a confined child broke, when status == "limit"
 
     @property
     def summary(self) -> str:
@@ -94,6 +101,8 @@ class ChildResult:
             return f"killed by {self.signal}"
         if self.status == "timeout":
             return f"timed out after {self.seconds:.1f} s"
+        if self.status == "limit":
+            return f"killed: {self.limit}"
         return f"exited with code {self.exit_code} without a result"
 
 
@@ -123,32 +132,125 @@ def _kill_fork_server() -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def run_isolated(function: Callable[..., Any], *args: Any, timeout_s: float, **kwargs: Any) -> ChildResult:
-    """Call `function(*args, **kwargs)` in a child forked from the fork server; never raises for what the child does."""
+def run_isolated(
+    function: Callable[..., Any],
+    *args: Any,
+    timeout_s: float,
+    confined: Limits | None = None,
+    talk: Callable[[Any, int, float], Any] | None = None,
+    **kwargs: Any,
+) -> ChildResult:
+    """Call `function(*args, **kwargs)` in a child forked from the fork server; never raises for what the child does.
+
+    confined: the child runs submitted code: it is held to writing beneath its scratch directory and to
+        these limits (harness/confine.py) before `function` runs, and the parent counts its processes.
+    talk: the parent's side of a conversation: `talk(connection, child_pid, deadline)` runs here while the
+        child runs, the child's end of the pipe is passed to `function` as the keyword `connection`;
+        what `talk` returns is `ChildResult.talk`. A child that stops answering is killed at the deadline.
+    """
     _use_a_stdlib_start_method()
+    reaper = _reaper()
     with tempfile.TemporaryDirectory(prefix="harness-child-") as scratch:
+        os.chmod(scratch, 0o700)
         result_path = os.path.join(scratch, "result.pickle")
         output_path = os.path.join(scratch, "output.txt")
-        child = _FORK_SERVER.Process(target=_child_main, args=(function, args, kwargs, result_path, output_path), daemon=False)
+        paths = {"result": result_path, "output": output_path, "refused": os.path.join(scratch, "refused.txt"), "confinement": os.path.join(scratch, "confinement.txt")}
+        work = os.path.join(scratch, "work")
+        os.mkdir(work)
+        ours, theirs = _FORK_SERVER.Pipe() if talk is not None else (None, None)
+        if theirs is not None:
+            kwargs = {**kwargs, "connection": theirs}
+        keep = set(_children_now()) | _helpers()
+        since = _ticks_since_boot()
+        child = _FORK_SERVER.Process(target=_child_main, args=(function, args, kwargs, paths, work, confined), daemon=False)
         started = time.perf_counter()
         child.start()
-        timed_out = _wait(child, timeout_s)
+        fork_server = _fork_server_pid()  # (re)started by start() if it had died
+        deadline = time.monotonic() + timeout_s
+        talked = None
+        if theirs is not None:
+            theirs.close()
+            try:
+                talked = talk(ours, child.pid, deadline)
+            except (EOFError, OSError, TimeoutError):
+                talked = None
+            finally:
+                ours.close()
+        timed_out, broke = _wait(child, max(0.0, deadline - time.monotonic()), confined)
         seconds = time.perf_counter() - started
+        left_behind = [line for line in reaper.sweep(child.pid, keep | _helpers(), since) if not line.startswith(f"pid {child.pid} ")]
         output = _read_tail(output_path)
+        extras = {"talk": talked, "left_behind": left_behind, "refused_writes": refused_writes(paths["refused"]), "confinement": _read_text(paths["confinement"])}
+        if broke:  # what was killed for breaking the limit is not "left behind"
+            return ChildResult("limit", seconds, output=output, limit=broke, **{**extras, "left_behind": []})
+        if fork_server and not _alive(fork_server):  # the child's exit status was lost with the server
+            return ChildResult("exited", seconds, exit_code=child.exitcode, output=output + "\n[harness] the child killed the harness's fork server (restarted for the next child)", **extras)
         if timed_out:
-            return ChildResult("timeout", seconds, output=output)
+            return ChildResult("timeout", seconds, output=output, **extras)
         if child.exitcode < 0:
-            return ChildResult("signalled", seconds, signal=_signal_name(-child.exitcode), output=output)
+            return ChildResult("signalled", seconds, signal=_signal_name(-child.exitcode), output=output, **extras)
         try:
             with open(result_path, "rb") as result_file:
                 kind, payload = _PlainUnpickler(result_file).load()
         except NotPlainData as error:
-            return ChildResult("raised", seconds, failure=Failure.from_exception(error), output=output)
+            return ChildResult("raised", seconds, failure=Failure.from_exception(error), output=output, **extras)
         except (OSError, EOFError, pickle.UnpicklingError):
-            return ChildResult("exited", seconds, exit_code=child.exitcode, output=output)
+            return ChildResult("exited", seconds, exit_code=child.exitcode, output=output, **extras)
         if kind == "returned":
-            return ChildResult("returned", seconds, value=payload, output=output)
-        return ChildResult("raised", seconds, failure=payload, output=output)
+            return ChildResult("returned", seconds, value=payload, output=output, **extras)
+        return ChildResult("raised", seconds, failure=payload, output=output, **extras)
+
+
+_REAPER: Reaper | None = None
+
+
+def _reaper() -> Reaper:
+    """This process becomes a child subreaper once, on its first child (a process forked from it starts anew)."""
+    global _REAPER
+    if _REAPER is None or _REAPER.pid != os.getpid():
+        _REAPER = Reaper()
+    return _REAPER
+
+
+def _fork_server_pid() -> int:
+    return getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None) or 0
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (without reaping it: its parent's own waitpid must still find it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
+def _ticks_since_boot() -> int:
+    """Now, on the clock of /proc/<pid>/stat's start times (less a tick, as they are rounded)."""
+    try:
+        with open("/proc/uptime") as uptime:
+            return int(float(uptime.read().split()[0]) * os.sysconf("SC_CLK_TCK")) - 1
+    except (OSError, ValueError):
+        return 1 << 62  # no /proc: adopt nothing
+
+
+def _helpers() -> set[int]:
+    """multiprocessing's own children of this process (started on the first child): never swept."""
+    from multiprocessing import resource_tracker
+
+    return {_fork_server_pid(), getattr(resource_tracker._resource_tracker, "_pid", None) or 0}
+
+
+def _children_now() -> list[int]:
+    return children_of(os.getpid())
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as text:
+            return text.read().strip() or None
+    except OSError:
+        return None
 
 
 class NotPlainData(pickle.UnpicklingError):
@@ -169,17 +271,23 @@ def _use_a_stdlib_start_method() -> None:
         multiprocessing.set_start_method(multiprocessing.get_all_start_methods()[0], force=True)
 
 
-def _child_main(function, args, kwargs, result_path: str, output_path: str) -> None:
+def _child_main(function, args, kwargs, paths: dict[str, str], work: str, confined: Limits | None) -> None:
     exit_code = 0
     try:
         os.setpgid(0, 0)
-        output_fd = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        output_fd = os.open(paths["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
         sys.stdout = open(1, "w", buffering=1, closefd=False, encoding="utf-8", errors="replace")
         sys.stderr = open(2, "w", buffering=1, closefd=False, encoding="utf-8", errors="replace")
         faulthandler.enable(file=2, all_threads=True)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        result_fd = os.open(paths["result"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # opened before any confinement
+        if confined is not None:
+            confinement_fd = os.open(paths["confinement"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            held = confine_child(work, confined, paths["refused"])
+            with open(confinement_fd, "w") as confinement:
+                confinement.write(f"writes: {held.writes}; limits: " + ", ".join(f"{name.removeprefix('RLIMIT_').lower()} {value}" for name, value in held.limits.items()))
         try:
             outcome = ("returned", function(*args, **kwargs))
         except BaseException as error:  # noqa: BLE001 - the child reports everything, the parent decides
@@ -188,7 +296,7 @@ def _child_main(function, args, kwargs, result_path: str, output_path: str) -> N
             payload = pickle.dumps(outcome)
         except Exception as error:  # noqa: BLE001
             payload = pickle.dumps(("raised", Failure.from_exception(error)))
-        with open(result_path, "wb") as result_file:
+        with open(result_fd, "wb") as result_file:
             result_file.write(payload)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -198,20 +306,30 @@ def _child_main(function, args, kwargs, result_path: str, output_path: str) -> N
         os._exit(exit_code)
 
 
-def _wait(child, timeout_s: float) -> bool:
-    """Wait for the child; at the deadline kill its process group. True if it timed out."""
+def _wait(child, timeout_s: float, confined: Limits | None) -> tuple[bool, str | None]:
+    """Wait for the child; at the deadline, or past a confined child's process limit, kill its process
+    group. (timed out, the limit it broke)."""
+    broke = None
     try:
-        child.join(timeout_s)
-        timed_out = child.exitcode is None
+        if confined is None:
+            child.join(timeout_s)
+        else:
+            deadline = time.monotonic() + timeout_s
+            while child.exitcode is None and time.monotonic() < deadline:
+                child.join(min(0.2, max(0.0, deadline - time.monotonic())))
+                if child.exitcode is None and len(descendants_of(child.pid)) >= confined.processes:
+                    broke = f"more than {confined.processes} processes at once"
+                    break
+        timed_out = child.exitcode is None and broke is None
     except BaseException:
         timed_out = True
         raise
     finally:
         _kill_group(child.pid)  # the grandchildren it left behind; at the deadline the child too
-        if timed_out:
+        if child.exitcode is None:
             child.kill()  # in case it had not yet made its own group
         child.join()
-    return timed_out
+    return timed_out, broke
 
 
 def _kill_group(pid: int) -> None:

@@ -28,10 +28,14 @@ fix instead of `fixed`, and speed times it against the case's own `fixed`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import re
+import secrets
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
@@ -39,16 +43,19 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import load_case
+from harness.clock import TimedProcess, anomaly, clock_figures, drive, serve
 from harness.compare import compare, describe
+from harness.confine import Limits
 from harness.isolate import ChildResult, Failure, run_isolated
 from harness.records import PhaseRecord
 from harness.submitted import load_submitted, submission_of
-from harness.timing import PairedSamples, estimate_ratio, judge, paired_samples, steady_cpu_allocator, synchronize
+from harness.timing import estimate_ratio, judge, steady_cpu_allocator, synchronize
 
 PHASES = ("reproduce", "fix", "correct", "speed", "slow_fixes", "bad_fixes")
 FIXED = "fixed"
 SPEED_CANDIDATE = "speed_candidate"
 SLOW_FIX = "slow_fix:"
+GRADED_PAIRS = 6  # at least, per timing process of a submitted fix (plus 0-2 more, drawn privately): more calls than a case's own timing
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class Settings:
     timeout_s: float
     speed: SpeedSettings = SpeedSettings()
     cpu_threads: int = 1
+    limits: Limits = Limits()  # for children that run a submitted fix (harness/confine.py)
 
 
 def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
@@ -88,6 +96,11 @@ def fix_under_test(case: ModuleType, cfg: DictConfig) -> Callable:
     """In a child: the case's own `fixed`, or the submitted fix when grading (loaded here by path, never pickled)."""
     submission = submission_of(cfg)
     return case.fixed if submission is None else load_submitted(submission, case)
+
+
+def confinement(cfg: DictConfig, settings: Settings) -> Limits | None:
+    """The limits for a child that loads the fix under test: a submitted fix is confined, the case's own is not."""
+    return settings.limits if submission_of(cfg) is not None else None
 
 
 # -- reproduce -----------------------------------------------------------------------------
@@ -133,7 +146,7 @@ def _reproduce_in_child(cfg: DictConfig, device: str) -> tuple[Failure | None, s
 
 
 def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    result = run_isolated(_fix_in_child, cfg, settings.device, timeout_s=settings.timeout_s)
+    result = run_isolated(_fix_in_child, cfg, settings.device, timeout_s=settings.timeout_s, confined=confinement(cfg, settings))
     if result.status != "returned":
         return _abnormal("fix", result)
     output, failure, sync_checked = result.value
@@ -223,35 +236,69 @@ def _timed(
 ) -> PhaseRecord:
     """Time `candidate` against `baseline` (case functions by name), one child process after another.
 
-    Each child takes `pairs` interleaved pairs on inputs of its own; after each child (from
-    `min_processes` on) the ratio's interval is compared with the budget: decisive, it stops;
-    straddling it, another child runs, until `max_s` or `max_processes`, then the verdict is
-    inconclusive. With no budget on this device, `min_processes` children are measured and reported.
+    Each child serves `pairs` interleaved pairs on inputs of its own, timed by this process
+    (harness/clock.py); after each child (from `min_processes` on) the ratio's interval is compared
+    with the budget: decisive, it stops; straddling it, another child runs, until `max_s` or
+    `max_processes`, then the verdict is inconclusive. With no budget on this device, `min_processes`
+    children are measured and reported.
+
+    Timing a submitted fix (grading), each child is confined (harness/confine.py), warms up on inputs
+    from one private seed and is timed on inputs from another, made after the warm-up; it runs more
+    pairs than a case's own timing, a number it cannot know; outputs of timed calls picked at random
+    go to the judge (their files in figures["checked_outputs"], judged by harness/grade.py); and what
+    the parent saw beside the samples (a clock that disagrees, CPU used beside or after the calls, a
+    cache answering repeated inputs) is a verdict of its own.
     """
     timing = settings.speed
+    graded = submission_of(cfg) is not None and candidate == SPEED_CANDIDATE
+    check_dir = Path(tempfile.mkdtemp(prefix="harness-checked-")) if graded else None
     started = time.monotonic()
-    processes: list[PairedSamples] = []
+    processes: list[TimedProcess] = []
+    checked: list[dict[str, Any]] = []
+    held: dict[str, Any] = {}  # what confined children tried or left behind, over every process
     while True:
-        result = run_isolated(_speed_in_child, candidate, baseline, inputs, cfg, settings, timeout_s=settings.timeout_s)
+        seeds = {"warmup": secrets.randbelow(1 << 31), "timed": secrets.randbelow(1 << 31)} if graded else None
+        process_dir = None
+        if check_dir is not None:
+            process_dir = check_dir / str(len(processes))
+            process_dir.mkdir()
+        talk = functools.partial(
+            drive,
+            device=settings.device,
+            warmup=timing.warmup + (secrets.randbelow(2) if graded else 0),
+            pairs=max(timing.pairs, GRADED_PAIRS) + secrets.randbelow(3) if graded else timing.pairs,
+            min_s=timing.process_s,
+            fresh_inputs=graded,
+            check_dir=process_dir,
+        )
+        result = run_isolated(
+            _speed_in_child, candidate, baseline, inputs, cfg, settings, seeds, timeout_s=settings.timeout_s, talk=talk, confined=settings.limits if graded else None
+        )
         if result.status != "returned":
             return _abnormal(phase, result)
         value, failure = result.value
         if failure is not None:
             return _record(phase, "raised", False, failure.headline, result)
-        *timed, cpu_threads = value
-        samples = PairedSamples(*timed)
-        processes.append(samples)
+        if result.talk is None:
+            return _record(phase, "crashed", False, "the timing child stopped answering the parent's requests", result)
+        cpu_threads = value
+        processes.append(result.talk)
+        for key, value in containment(result).items():
+            held[key] = held.get(key, []) + value if isinstance(value, list) else value
+        checked += [{"process": len(processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked} for index, block in enumerate(result.talk.blocks) if block.checked]
         if len(processes) < timing.min_processes:
             continue
-        estimate = estimate_ratio(processes, timing.level)
+        estimate = estimate_ratio([p.samples for p in processes], timing.level)
         verdict = judge(estimate, budget) if budget is not None else "measured"
         if verdict is None and (len(processes) >= timing.max_processes or time.monotonic() - started >= timing.max_s):
             verdict = "inconclusive"
         if verdict is not None:
             break
+    samples = processes[-1].samples
     figures = {**estimate.figures(), "budget": budget, "calls_per_sample": samples.calls_per_sample, "cpu_threads": cpu_threads}
-    figures["retaken_pairs"] = sum(p.retaken for p in processes)
+    figures["retaken_pairs"] = sum(p.samples.retaken for p in processes)
     figures["seconds"] = round(time.monotonic() - started, 2)
+    figures.update(clock_figures(processes))
     interval = f"{estimate.ratio:.3f}x [{estimate.ratio_low:.3f}, {estimate.ratio_high:.3f}] ({estimate.level:.0%}, {estimate.samples} pairs in {estimate.processes} processes)"
     times = f"{estimate.candidate_s * 1e3:.3f} ms vs {estimate.baseline_s * 1e3:.3f} ms"
     message = {
@@ -261,10 +308,20 @@ def _timed(
         "inconclusive": f"{interval}, {times}; the interval still straddles the budget {budget}x after {figures['seconds']} s",
     }[verdict]
     ok = verdict != "over_budget"  # inconclusive is no failure, but reports show it apart
+    if graded:
+        figures.update(checked_outputs=checked, checked_dir=str(check_dir), timed_blocks=sum(1 for p in processes for b in p.blocks if b.side == "candidate"))
+        figures.update(held)
+        seen = anomaly(processes, settings.device)
+        if seen is not None:
+            verdict, ok, message = seen[0], False, f"{seen[1]} ({interval})"
     return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output)
 
 
-def _speed_in_child(candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings) -> tuple[tuple | None, Failure | None]:
+def _speed_in_child(
+    candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings, seeds: dict[str, int] | None, *, connection
+) -> tuple[int | None, Failure | None]:
+    """Serve the parent's timing requests (harness/clock.py): a case's own functions on inputs from the case
+    seed; a submitted fix (seeds given) warmed up on inputs from one seed, timed on inputs from another."""
     case = load_case(cfg.name)
     speed_cfg = speed_config(cfg, settings.device, inputs)
     if settings.device == "cpu":
@@ -272,20 +329,21 @@ def _speed_in_child(candidate: str, baseline: str, inputs: Any, cfg: DictConfig,
     # Children forked from one server would lay their heaps out alike: shift each by a random amount, so that
     # the layout's luck (seen here: one side 2x slow in every process of a run) varies between processes.
     layout_shift = bytearray(random.randrange(1 << 22))  # noqa: F841 - kept alive while timing
-    inputs = case.make_inputs(speed_cfg, settings.device)  # every thread; a case that cannot make its inputs is an error
+
+    def make(seed: int | None) -> Any:
+        return case.make_inputs(speed_cfg if seed is None else OmegaConf.merge(speed_cfg, {"seed": seed}), settings.device)
+
+    warm_inputs = make(seeds and seeds["warmup"])  # every thread; a case that cannot make its inputs is an error
     if settings.device == "cpu":
         torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
     candidate_function, baseline_function = _function(case, candidate, cfg), getattr(case, baseline)
     if submission_of(cfg) is not None and candidate == SPEED_CANDIDATE:  # grading: the submitted fix against the model solution
         baseline_function = case.fixed
     try:
-        samples = paired_samples(
-            candidate_function, baseline_function, inputs, device=settings.device, warmup=settings.speed.warmup, pairs=settings.speed.pairs,
-            min_s=settings.speed.process_s,
-        )
+        serve(connection, {"candidate": candidate_function, "baseline": baseline_function}, warm_inputs, settings.device, (lambda: make(seeds["timed"])) if seeds else None)
     except Exception as error:  # noqa: BLE001
         return None, Failure.from_exception(error)
-    return (samples.candidate_s, samples.baseline_s, samples.calls_per_sample, samples.retaken, torch.get_num_threads()), None  # plain data back
+    return torch.get_num_threads(), None  # plain data back
 
 
 # -- slow fixes: controls that show the speed phase can fail ------------------------------
@@ -362,12 +420,19 @@ def _call(function: Callable, inputs: Any, device: str, *, synchronise: bool = T
 def _abnormal(phase: str, result: ChildResult) -> PhaseRecord:
     if result.status == "raised":
         return _record(phase, "error", False, f"the case failed before the phase could run: {result.failure.headline}", result, {"traceback": result.failure.traceback})
-    status = {"signalled": "crashed", "exited": "crashed", "timeout": "timeout"}[result.status]
-    return _record(phase, status, False, result.summary, result, {"signal": result.signal} if result.signal else {})
+    status = {"signalled": "crashed", "exited": "crashed", "timeout": "timeout", "limit": "crashed"}[result.status]
+    said = result.output.rpartition("[harness] ")[2].strip() if "[harness] " in result.output else ""
+    return _record(phase, status, False, result.summary + (f" ({said})" if said else ""), result, {"signal": result.signal} if result.signal else {})
 
 
 def _record(phase: str, status: str, ok: bool, message: str, result: ChildResult, figures: dict | None = None) -> PhaseRecord:
-    return PhaseRecord(phase, status, ok, message, figures or {}, round(result.seconds, 4), result.output)
+    return PhaseRecord(phase, status, ok, message, {**(figures or {}), **containment(result)}, round(result.seconds, 4), result.output)
+
+
+def containment(result: ChildResult) -> dict[str, Any]:
+    """What a confined child tried or left behind, and how it was held: for the grade's integrity check."""
+    said = {"refused_writes": result.refused_writes, "left_behind": result.left_behind, "confinement": result.confinement}
+    return {key: value for key, value in said.items() if value}
 
 
 def _difference(figures: dict[str, Any]) -> str:

@@ -138,12 +138,20 @@ def run_case(
     )
     path = output_dir / f"{cfg.case.name}.{device}.json"
     write_record(record, path)
-    for phase in cfg.phases:
-        on_phase(phase, None)
-        for phase_record in phase_runner(phase, case, case_cfg, settings):
-            record.phases.append(phase_record)
+    sources = grade.project_sources() if submitted is not None else {}
+    try:
+        for phase in cfg.phases:
+            on_phase(phase, None)
+            for phase_record in phase_runner(phase, case, case_cfg, settings):
+                record.phases.append(phase_record)
+                write_record(record, path)
+                on_phase(phase, phase_record)
+    finally:
+        if submitted is not None:  # the sources are checked, and restored, even when grading stopped half-way
+            on_phase("integrity", None)
+            record.phases.append(grade.integrity(sources, record))
             write_record(record, path)
-            on_phase(phase, phase_record)
+            on_phase("integrity", record.phases[-1])
     record.finished_at = now()
     if submitted is not None:
         record.verdict = grade.verdict(record).line

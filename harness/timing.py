@@ -90,6 +90,9 @@ class RatioEstimate:
         }
 
 
+Block = Callable[[str, int, bool], tuple[float, int]]  # (side, calls, timed) -> (seconds per call, minor faults)
+
+
 def paired_samples(
     candidate: Callable[[Any], Any],
     baseline: Callable[[Any], Any],
@@ -100,11 +103,32 @@ def paired_samples(
     pairs: int,
     min_s: float = 0.0,
 ) -> PairedSamples:
-    """At least `pairs` samples of each, back to back, alternating which goes first, and more until
-    the samples have taken `min_s` seconds.
+    """`sample_pairs` in this process, timed by `perf_counter` (CUDA: events); the speed phase times its
+    children from the parent instead (harness/clock.py)."""
+    functions = {"candidate": candidate, "baseline": baseline}
 
-    Load from other processes, clock drift and cache state fall on both sides of each pair. On
-    CUDA each sample is bounded by events and synchronised; on CPU by `perf_counter`.
+    def block(side: str, calls: int, timed: bool) -> tuple[float, int]:
+        faults = _minor_faults()
+        seconds = _sample(functions[side], inputs, device, calls)
+        return seconds, _minor_faults() - faults
+
+    collecting = gc.isenabled()
+    gc.disable()  # as timeit does: a full collection lands on whichever sample happens to trigger it
+    try:
+        return sample_pairs(block, device=device, warmup=warmup, pairs=pairs, min_s=min_s)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def sample_pairs(block: Block, *, device: str, warmup: int, pairs: int, min_s: float = 0.0, before_timing: Callable[[], None] | None = None) -> PairedSamples:
+    """At least `pairs` samples of each side, back to back, alternating which goes first, and more until
+    the samples have taken `min_s` seconds. `block(side, calls, timed)` runs `calls` calls of one side and
+    says how long each took and how many minor page faults the block caused.
+
+    Load from other processes, clock drift and cache state fall on both sides of each pair. A sample is
+    as many calls as last MIN_SAMPLE_S, counted by calling the baseline that long (one call's time alone
+    swung 5x). `before_timing` runs after the warm-up and the count (the grader makes fresh inputs there).
 
     On CPU a pair is taken again (up to MAX_RETAKES times) when one of its samples faulted in fresh
     pages, more than FRESH_PAGES_PER_S for its length: the same share of any sample's time, 256 pages
@@ -113,34 +137,31 @@ def paired_samples(
     large request grows the heap instead: a sample that touches 150 MB of fresh pages takes twice as
     long, on whichever side it falls. Such samples made up a third of class_weight_index's pairs here.
 
-    The garbage collector is off while sampling, as in `timeit`: with mmseg, hydra and torch loaded, a
-    full collection took 0.17-0.20 s and tripled the sample it fell in.
+    The garbage collector should be off while sampling, as in `timeit`: with mmseg, hydra and torch
+    loaded, a full collection took 0.17-0.20 s and tripled the sample it fell in.
     """
-    collecting = gc.isenabled()
-    gc.disable()  # as timeit does: a full collection lands on whichever sample happens to trigger it
-    try:
-        for _ in range(warmup):
-            candidate(inputs)
-            baseline(inputs)
-        synchronize(device)
-        calls = _calls_per_sample(baseline, inputs, device)
-        candidate_s: list[float] = []
-        baseline_s: list[float] = []
-        retaken = 0
-        while len(candidate_s) < pairs or sum(candidate_s) + sum(baseline_s) < min_s / calls:
-            taken = {}
-            for side, function in [("candidate", candidate), ("baseline", baseline)][:: 1 if len(candidate_s) % 2 == 0 else -1]:
-                faults = _minor_faults()
-                taken[side] = _sample(function, inputs, device, calls), _minor_faults() - faults
-            fresh = any(faults > FRESH_PAGES_PER_S * seconds * calls for seconds, faults in taken.values())
-            if device == "cpu" and fresh and retaken < MAX_RETAKES:
-                retaken += 1
-                continue
-            candidate_s.append(taken["candidate"][0])
-            baseline_s.append(taken["baseline"][0])
-    finally:
-        if collecting:
-            gc.enable()
+    for _ in range(warmup):
+        block("candidate", 1, False)
+        block("baseline", 1, False)
+    calls, counted_s = 0, 0.0
+    while counted_s < MIN_SAMPLE_S:
+        counted_s += block("baseline", 1, False)[0]
+        calls += 1
+    if before_timing is not None:
+        before_timing()
+    candidate_s: list[float] = []
+    baseline_s: list[float] = []
+    retaken = 0
+    while len(candidate_s) < pairs or sum(candidate_s) + sum(baseline_s) < min_s / calls:
+        taken = {}
+        for side in ("candidate", "baseline")[:: 1 if len(candidate_s) % 2 == 0 else -1]:
+            taken[side] = block(side, calls, True)
+        fresh = any(faults > FRESH_PAGES_PER_S * seconds * calls for seconds, faults in taken.values())
+        if device == "cpu" and fresh and retaken < MAX_RETAKES:
+            retaken += 1
+            continue
+        candidate_s.append(taken["candidate"][0])
+        baseline_s.append(taken["baseline"][0])
     return PairedSamples(candidate_s, baseline_s, calls, retaken)
 
 
@@ -215,16 +236,6 @@ def _regularized_incomplete_beta(a: float, b: float, x: float) -> float:
         if abs(c * d - 1) < 1e-15:
             break
     return math.exp(log_front) * fraction / a
-
-
-def _calls_per_sample(function: Callable[[Any], Any], inputs: Any, device: str) -> int:
-    """How many calls last MIN_SAMPLE_S, counted by calling it that long (one call's time alone swung 5x)."""
-    calls, started = 0, time.perf_counter()
-    while time.perf_counter() - started < MIN_SAMPLE_S:
-        function(inputs)
-        synchronize(device)
-        calls += 1
-    return calls
 
 
 def _minor_faults() -> int:

@@ -51,8 +51,10 @@ def first_failure(verdict):
 def test_an_alternative_correct_fix_is_accepted_and_the_record_names_it(tmp_path, environment):
     verdict, record, path, copy = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["reproduce", "fix", "correct"])
     assert verdict.accepted, verdict.line
-    assert [p.status for p in record.phases] == ["reproduced", "passed", "passed", "passed"]
-    assert phase(record, "correct:second_inputs").figures["seed"] == record.config["case"]["seed"] + 1
+    assert [p.status for p in record.phases] == ["reproduced", "passed", "passed", "passed", "passed"]
+    assert record.phases[-1].phase == "integrity" and record.phases[-1].figures["sources"] > 30
+    assert phase(record, "correct").figures["seed"] == record.config["case"]["seed"]  # the published inputs, then private ones
+    assert phase(record, "correct:second_inputs").figures["seed"] != record.config["case"]["seed"]
     on_disk = json.loads(path.read_text())
     assert on_disk["graded_fix"] == {"path": str(copy), "function": "by_searchsorted", "sha256": file_sha256(copy)}
     assert on_disk["verdict"].startswith("accepted")
@@ -87,19 +89,19 @@ def test_speed_times_the_submitted_fix_against_the_model_solution(tmp_path, envi
 # -- attacks --------------------------------------------------------------------------------------
 
 
-def test_a_remembered_result_is_implausibly_fast(tmp_path, environment):
+def test_a_remembered_result_fails_the_check_of_the_timed_calls(tmp_path, environment):
+    # it computes once per process, on the warm-up inputs, and returns that for the timed inputs too
     verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "remembers_its_result", ["speed"])
     speed = phase(record, "speed")
-    assert speed.status == "implausibly_fast" and not verdict.accepted, speed.message
-    assert speed.figures["ratio"] < grade.IMPLAUSIBLY_FAST
+    assert speed.status == "timed_output_wrong" and not verdict.accepted, speed.message
+    assert speed.figures["timed_outputs_wrong"] == speed.figures["timed_outputs_checked"] > 0
 
 
-def test_a_replayed_result_fails_on_the_second_inputs(tmp_path, environment):
+def test_a_result_saved_for_replay_is_refused_and_named(tmp_path, environment):
     verdict, record, _, copy = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "replays_from_disk", ["correct"])
-    assert copy.with_suffix(".saved.pt").exists()  # the first run saved its result, the second replayed it
-    assert phase(record, "correct").status == "passed"
-    assert phase(record, "correct:second_inputs").status == "mismatch"
-    assert first_failure(verdict) == "correct:second_inputs"
+    assert not copy.with_suffix(".saved.pt").exists()  # the graded process may write only beneath its scratch directory
+    assert phase(record, "correct").status == "raised" and "Permission denied" in phase(record, "correct").message  # torch.save writes from C++
+    assert first_failure(verdict) == "correct" and "writes outside its scratch directory are refused while grading" in verdict.line, verdict.line
 
 
 def test_patching_the_comparison_in_its_own_process_changes_nothing(tmp_path, environment):
@@ -159,7 +161,7 @@ def test_a_malicious_pickle_from_the_graded_process_is_not_unpickled(tmp_path, e
     verdict, record, _, copy = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "sends_a_malicious_pickle", ["fix", "correct"])
     assert not copy.with_suffix(".pwned").exists()
     assert not verdict.accepted
-    assert "not plain data" in phase(record, "correct").message
+    assert "not plain data" in phase(record, "correct").message, phase(record, "correct").message
 
 
 @pytest.mark.parametrize("function", ["calls_the_case_fixed", "calls_the_case_reference", "swallows_the_tripwire"])
@@ -303,7 +305,7 @@ def test_the_command_line_grades_says_so_first_and_ends_with_the_verdict(tmp_pat
     assert lines[0].startswith("grading a submitted fix: ") and lines[-1].startswith("rejected by correct: mismatch")
     assert "\nFix:" not in run.stdout  # the model solution is shown only after a pass
     run = harness("case=embedding_oob", "device=cpu", "phases=[fix]", f"fix={tmp_path}/embedding_fixes.py:by_searchsorted", tmp_path=tmp_path)
-    assert run.returncode == 0 and run.stdout.strip().splitlines()[-1].startswith("accepted: fix passed"), run.stdout + run.stderr
+    assert run.returncode == 0 and run.stdout.strip().splitlines()[-1].startswith("accepted: fix, integrity passed"), run.stdout + run.stderr
     assert "--- cases/embedding_oob.py: fixed" in run.stdout
 
 

@@ -1,0 +1,263 @@
+"""The speed phase's clock belongs to the parent, which never imports the code it times.
+
+A timing child serves blocks of calls (`serve`); the parent (`drive`) asks for each block over a pipe
+and times it itself, from sending the request to reading the answer, on its own `perf_counter`. Code in
+the child can patch every clock there (time.perf_counter, torch.cuda.Event, the harness's own globals)
+and change nothing the parent reads. The parent also reads, from the kernel, the child's CPU time and
+page faults around every block, so it sees work that escapes the clock:
+
+    child_s      the child's own figure for each block: cross-checked, never used
+    cpu_s        CPU time of the child and its processes during the block: more than its length means
+                 more than one core worked (a thread or a process beside the call)
+    outside      CPU time while the child should have been waiting for the next request: work deferred
+                 past the end of a call (a thread, a signal handler, a process) shows up here
+
+When grading, the parent picks after each candidate block, at random (CHECK_PROBABILITY), whether the
+child sends one of that block's outputs back; the grader compares those with the reference in a clean
+process (harness/grade.py). The child cannot tell a checked call from any other: the choice is made
+after the call has returned, in the parent.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from harness.compare import flatten_tensors
+from harness.confine import minor_faults, tree_cpu_s
+from harness.timing import PairedSamples, sample_pairs
+
+CHECK_PROBABILITY = 0.9  # of a timed candidate block: one of its outputs goes to the judge
+_save = torch.save  # bound when the fork server imports this, before any submitted code
+_synchronize = torch.cuda.synchronize
+
+
+@dataclass(frozen=True)
+class BlockTiming:
+    side: str
+    calls: int
+    parent_s: float  # the whole block, on the parent's clock
+    child_s: float  # the child's own figure for it
+    cpu_s: float  # CPU time of the child's processes during the block
+    checked: str | None = None  # the file of the output sent to the judge
+
+
+@dataclass
+class TimedProcess:
+    samples: PairedSamples
+    blocks: list[BlockTiming] = field(default_factory=list)  # the timed ones, retaken pairs included
+    outside_cpu_s: float = 0.0  # CPU time while the child should have been idle, after the warm-up
+
+
+# -- the child ----------------------------------------------------------------------------------------
+
+
+def serve(connection, functions: dict[str, Callable[[Any], Any]], inputs: Any, device: str, fresh_inputs: Callable[[], Any] | None = None) -> None:
+    """Answer the parent's requests until it says stop: run a block, send back or drop its outputs, make fresh inputs."""
+    kept: list[Any] = []
+    collecting = gc.isenabled()
+    gc.disable()  # as timeit does: a full collection lands on whichever sample happens to trigger it
+    try:
+        while True:
+            request = json.loads(connection.recv_bytes())
+            if request["op"] == "run":
+                function = functions[request["side"]]
+                kept = []
+                seconds = _child_clock(lambda: kept.extend(function(inputs) for _ in range(request["calls"])), device)
+                connection.send_bytes(json.dumps({"s": seconds}).encode())
+            elif request["op"] == "send":
+                connection.send_bytes(_as_bytes(kept[request["index"]]))
+                kept = []
+            elif request["op"] == "drop":
+                kept = []
+                connection.send_bytes(b"{}")
+            elif request["op"] == "fresh_inputs":
+                inputs = fresh_inputs()  # the warm-up's stay alive in the caller: no id() or address is reused
+                _touch(inputs)
+                connection.send_bytes(b"{}")
+            else:
+                return
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _child_clock(run: Callable[[], None], device: str) -> float:
+    """The child's own figure for a block, read the way timing code usually reads it (time.perf_counter looked
+    up at each call; CUDA events): a canary, never a decider. Code that patches those clocks makes it
+    disagree with the parent's."""
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        _synchronize()
+        return start.elapsed_time(end) / 1000
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def _touch(inputs: Any) -> None:
+    """Read every tensor of fresh inputs once, so that whichever side is timed first does not pay for their first touch."""
+    from harness.grade import snapshot
+
+    for value in snapshot(inputs).values():
+        if isinstance(value, torch.Tensor) and value.numel():
+            value.float().sum() if not value.is_floating_point() else value.sum()
+
+
+def _as_bytes(output: Any) -> bytes:
+    try:
+        tensors = [tensor.detach() for tensor in flatten_tensors(output)]
+    except TypeError:
+        return b"E" + f"returned {type(output).__name__}, not tensors".encode()
+    buffer = io.BytesIO()
+    _save(tensors, buffer)
+    return b"T" + buffer.getvalue()
+
+
+# -- the parent ---------------------------------------------------------------------------------------
+
+
+def drive(
+    connection,
+    pid: int,
+    deadline: float,
+    *,
+    device: str,
+    warmup: int,
+    pairs: int,
+    min_s: float,
+    fresh_inputs: bool = False,
+    check_dir: Path | None = None,
+) -> TimedProcess:
+    """The parent's side of `serve`: the samples, timed here; with `check_dir`, outputs kept for the judge."""
+    timed = TimedProcess(PairedSamples([], [], 1))
+    idle_since: list[float | None] = [None]  # the child's CPU time when it last had nothing to do
+
+    def ask(request: dict) -> bytes:
+        connection.send_bytes(json.dumps(request).encode())
+        if not connection.poll(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError("the timing child stopped answering")
+        return connection.recv_bytes()
+
+    def settle(request: dict) -> bytes:
+        answer = ask(request)
+        idle_since[0] = tree_cpu_s(pid)
+        return answer
+
+    def block(side: str, calls: int, is_timed: bool) -> tuple[float, int]:
+        faults, cpu = minor_faults(pid), tree_cpu_s(pid)
+        if is_timed and idle_since[0] is not None:
+            timed.outside_cpu_s += max(0.0, cpu - idle_since[0])
+        started = time.perf_counter()
+        answer = json.loads(ask({"op": "run", "side": side, "calls": calls}))
+        seconds = time.perf_counter() - started
+        cpu_s, faulted = tree_cpu_s(pid) - cpu, minor_faults(pid) - faults
+        checked = None
+        if is_timed and side == "candidate" and check_dir is not None and secrets.randbelow(1 << 20) < CHECK_PROBABILITY * (1 << 20):
+            checked = _keep(settle({"op": "send", "index": secrets.randbelow(calls)}), check_dir, len(timed.blocks))
+        else:
+            settle({"op": "drop"})
+        if is_timed:
+            timed.blocks.append(BlockTiming(side, calls, seconds, float(answer.get("s", 0.0)), cpu_s, checked))
+        return seconds / calls, faulted
+
+    def make_fresh_inputs() -> None:
+        settle({"op": "fresh_inputs"})
+
+    timed.samples = sample_pairs(block, device=device, warmup=warmup, pairs=pairs, min_s=min_s, before_timing=make_fresh_inputs if fresh_inputs else None)
+    connection.send_bytes(json.dumps({"op": "stop"}).encode())
+    return timed
+
+
+def _keep(answer: bytes, check_dir: Path, index: int) -> str:
+    path = check_dir / f"block-{index}.{'pt' if answer[:1] == b'T' else 'txt'}"
+    path.write_bytes(answer[1:])
+    return str(path)
+
+
+# -- what the parent saw, judged ------------------------------------------------------------------------
+
+CLOCK_SLACK_S = 0.002  # per block: the pipe's round trip and a wake-up on a loaded machine
+CLOCK_AGREEMENT = 0.9  # the child's clock must account for this share of the parent's, for the candidate's blocks
+EXTRA_CORES = 1.25  # CPU time / wall time of a block past which more than one core worked (CPU timing is single-threaded)
+OUTSIDE_SHARE = 0.1  # CPU while the clock was stopped, as a share of the candidate's timed time, past which work escaped it
+OUTSIDE_FLOOR_S = 0.02
+REPEAT_GAIN = 2.0  # first timed candidate block / later ones, over the baseline's same ratio, past which a cache answered
+# (1.7 was seen once from an honest fix; a cache that computes at most twice as long as it answers evades this, and gains less than 2x)
+
+
+def clock_figures(processes: list[TimedProcess]) -> dict[str, Any]:
+    """What the parent measured beside the samples, per timing process, for the record."""
+    figures: dict[str, Any] = {"clock": "parent (each block timed from request to answer; the child's own clock cross-checked)"}
+    for side in ("candidate", "baseline"):
+        blocks = [b for p in processes for b in p.blocks if b.side == side]
+        figures[f"{side}_parent_s"] = round(sum(b.parent_s for b in blocks), 6)
+        figures[f"{side}_child_s"] = round(sum(b.child_s for b in blocks), 6)
+        figures[f"{side}_cpu_s"] = round(sum(b.cpu_s for b in blocks), 6)
+    figures["outside_cpu_s"] = round(sum(p.outside_cpu_s for p in processes), 6)
+    gains = [g for g in (_repeat_gain(p) for p in processes) if g is not None]
+    if gains:
+        figures["repeat_gain"] = round(_geometric_mean(gains), 4)
+    return figures
+
+
+def anomaly(processes: list[TimedProcess], device: str) -> tuple[str, str] | None:
+    """(status, message) for the first thing the parent saw that the samples alone would hide, or None."""
+    for process in processes:
+        for b in process.blocks:
+            if b.child_s > b.parent_s + CLOCK_SLACK_S:
+                return "clock_tampered", f"the child's clock read {b.child_s * 1e3:.2f} ms for a {b.side} block the parent timed at {b.parent_s * 1e3:.2f} ms: its clock runs ahead"
+    candidate = [b for p in processes for b in p.blocks if b.side == "candidate"]
+    parent_s, child_s = sum(b.parent_s for b in candidate), sum(b.child_s for b in candidate)
+    if child_s < CLOCK_AGREEMENT * parent_s - CLOCK_SLACK_S * len(candidate):
+        return "clock_tampered", (
+            f"the child's clock saw {child_s * 1e3:.1f} ms of the candidate's calls, the parent's {parent_s * 1e3:.1f} ms "
+            f"({child_s / parent_s:.0%}): something in the graded process changed its clock; the parent's figures decided"
+        )
+    if device != "cpu":
+        return None
+    for b in (b for p in processes for b in p.blocks):
+        if b.cpu_s > EXTRA_CORES * b.parent_s + CLOCK_SLACK_S:
+            return "work_beside_the_clock", (
+                f"a {b.side} block used {b.cpu_s * 1e3:.1f} ms of CPU in {b.parent_s * 1e3:.1f} ms: more than one core worked "
+                "while CPU timing is single-threaded (a thread or a process of the submission ran beside the timed call)"
+            )
+    outside = sum(p.outside_cpu_s for p in processes)
+    if outside > OUTSIDE_FLOOR_S + OUTSIDE_SHARE * parent_s:
+        return "work_beside_the_clock", (
+            f"the graded process used {outside * 1e3:.0f} ms of CPU while the clock was stopped, against {parent_s * 1e3:.0f} ms "
+            "of timed candidate calls: work deferred past the end of a call (a thread, a signal handler, a process) escapes the clock"
+        )
+    gains = [g for g in (_repeat_gain(p) for p in processes) if g is not None]
+    if len(gains) >= 2 and min(gains) > REPEAT_GAIN:  # a cache shows in every process; noise, in one
+        return "faster_on_repeated_inputs", (
+            f"in every timing process its first timed call on new inputs took at least {min(gains):.1f}x as long as its later calls on the same inputs, "
+            "relative to the model solution's: it answers repeated inputs from a cache (keyed on identity or content), not by computing"
+        )
+    return None
+
+
+def _repeat_gain(process: TimedProcess) -> float | None:
+    """(candidate's first timed block / the median of its later ones) / (the same for the baseline)."""
+    sides = {side: [b.parent_s / b.calls for b in process.blocks if b.side == side] for side in ("candidate", "baseline")}
+    if any(len(times) < 3 for times in sides.values()):
+        return None
+    ratio = {side: times[0] / sorted(times[1:])[len(times[1:]) // 2] for side, times in sides.items()}
+    return ratio["candidate"] / ratio["baseline"]
+
+
+def _geometric_mean(values: list[float]) -> float:
+    import math
+
+    return math.exp(sum(math.log(v) for v in values) / len(values))

@@ -1,0 +1,51 @@
+"""Correct fixes written differently from each case's own `fixed`: a grade must accept them, every time.
+
+Each uses only what the buggy code already uses from its case (helpers the model solution alone needs
+are tripwired while a submitted fix runs).
+"""
+
+import os
+
+import torch
+import torch.nn.functional as F
+
+from cases import autocast_device as autocast_case, codebook_oob as codebook_case, multigpu_segfault as ddp_case
+from cases._ddp_worker import launch
+
+
+def embedding_oob(x):
+    """searchsorted for the bins, index_select for the rows."""
+    bins = torch.searchsorted(x.bin_edges, x.features.contiguous())
+    emotion = x.table_by_bins.index_select(0, bins.reshape(-1)).reshape(*bins.shape, -1)  # (B, T, D)
+    return F.conv1d(emotion.transpose(1, 2), x.conv_weight, padding=1)
+
+
+def class_weight_index(x):
+    """PyTorch's own weighted mean, written from its documentation."""
+    return x.loss_weight * F.cross_entropy(x.pred, x.label, weight=x.class_weight, ignore_index=x.ignore_index)
+
+
+def codebook_oob(x):
+    """Special ids masked to -inf before the argmax (the last layer keeps end-of-audio), not sliced away."""
+    masked = x.logits.clone()
+    masked[:, :, codebook_case.AUDIO_VOCAB :] = float("-inf")
+    masked[:, -1, codebook_case.AUDIO_VOCAB : codebook_case.EOA + 1] = x.logits[:, -1, codebook_case.AUDIO_VOCAB : codebook_case.EOA + 1]
+    codes = masked.argmax(-1)
+    return codebook_case.decode(x, codes[: codebook_case.stream_length(codes)])
+
+
+def autocast_device(x):
+    """The device type as the text before the colon, not through torch.device."""
+    return autocast_case.train(x, lambda brain: setattr(brain, "device_type", brain.device.partition(":")[0]))
+
+
+def _rank_without_the_override(job):
+    rank, device = ddp_case.start_rank(job)
+    os.environ.pop(ddp_case.PRECISION_ENV, None)  # one source for the precision: the launch's
+    model = ddp_case.build_model(job, rank, getattr(torch, job.precision), device)
+    return ddp_case.train(job, rank, model, device)
+
+
+def multigpu_segfault(job):
+    """Every rank drops the environment override before it builds its model, so no rank can differ."""
+    return ddp_case.every_rank(launch(_rank_without_the_override, job, nprocs=job.ranks, max_restarts=job.max_restarts, deadline_s=job.deadline_s))
