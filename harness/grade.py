@@ -13,12 +13,24 @@ fix written by someone else needs and the case's own does not:
                                mismatch        values beyond the case's tolerance
                                aliases_input   an output shares storage with an input
                                changed_inputs  a tensor, parameter, buffer or plain attribute of the inputs changed
-                           `correct:second_inputs` does it again on inputs from seed + 1, in fresh
-                           processes: a remembered or hard-coded result fails there.
-    speed                  the submitted fix timed against the case's `fixed` (the model solution), judged
-                           against `speed.grade_budget` where a case sets one, else `speed.budget`;
-                           implausibly_fast below IMPLAUSIBLY_FAST times the model solution.
+                           `correct:second_inputs` does it again on inputs from a seed drawn for this grade
+                           alone (`secrets`; recorded afterwards), in fresh processes: a remembered or
+                           hard-coded result fails there.
+    speed                  the submitted fix timed against the case's `fixed` (the model solution) on the
+                           parent's clock (harness/clock.py), judged against `speed.grade_budget` where a case
+                           sets one, else `speed.budget`; then, first failure first:
+                               timed_output_wrong         a timed output picked after its call differs from the
+                                                          reference for its inputs (judged in a clean child)
+                               clock_tampered             the graded process's own clock disagrees with the parent's
+                               work_beside_the_clock      CPU beyond one core during a block, or while it should idle
+                               faster_on_repeated_inputs  a cache answers the timed inputs after their first call
+                               implausibly_fast           below IMPLAUSIBLY_FAST times the model solution
+    integrity              last, in this process: the project's sources byte-identical (a changed one is
+                           restored: tampered), no write outside the sandbox attempted (wrote_outside_sandbox),
+                           no process of the submission left running (left_processes, killed).
 
+Every child that imports the submitted file confines itself first (harness/confine.py: Landlock, a
+write guard, rlimits); the harness's own process never imports it.
 A crash or a hang is the verdict `crashed` or `timeout`. The verdict comes from the records, never
 from what the submitted code printed. What the graded process reports about its inputs could be
 forged by code that subverts the harness inside that process; its output cannot pass that way, as
@@ -373,6 +385,7 @@ def integrity(before: dict[str, bytes], record: CaseRecord) -> PhaseRecord:
     confinement = next((phase.figures["confinement"] for phase in record.phases if phase.figures.get("confinement")), None)
     figures = {
         "sources": len(before),
+        "source_sha256": {path: hashlib.sha256(data).hexdigest() for path, data in sorted(before.items())},
         "sources_sha256": hashlib.sha256(b"".join(path.encode() + hashlib.sha256(data).digest() for path, data in sorted(before.items()))).hexdigest(),
         "changed": changed,
         "refused_writes": refused,

@@ -283,8 +283,8 @@ def _timed(
             return _record(phase, "crashed", False, "the timing child stopped answering the parent's requests", result)
         cpu_threads = value
         processes.append(result.talk)
-        for key, value in containment(result).items():
-            held[key] = held.get(key, []) + value if isinstance(value, list) else value
+        for key, said in containment(result).items():
+            held[key] = held.get(key, []) + said if isinstance(said, list) else said
         checked += [{"process": len(processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked} for index, block in enumerate(result.talk.blocks) if block.checked]
         if len(processes) < timing.min_processes:
             continue

@@ -1,0 +1,94 @@
+"""Confinement of a child that runs submitted code, and the parent's sweep of what it leaves behind."""
+
+import ctypes
+import os
+import subprocess
+import time
+
+import pytest
+
+from harness.confine import Limits
+from harness.isolate import run_isolated
+
+
+def write_to(path):
+    with open(path, "w") as target:
+        target.write("planted")
+
+
+def write_with_libc(path):
+    """As a C extension would: no Python audit event, only Landlock can refuse it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.open(path.encode(), os.O_WRONLY | os.O_CREAT, 0o644)
+    if fd < 0:
+        raise PermissionError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    os.close(fd)
+
+
+def write_in_scratch():
+    path = os.path.join(os.environ["TMPDIR"], "mine.txt")
+    write_to(path)
+    return open(path).read()
+
+
+def leave_a_detached_process(command):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execvp(command[0], command)
+        os._exit(0)
+    os.wait()
+
+
+def running(command):
+    return [line for line in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines() if line.strip() == command]
+
+
+def test_a_confined_child_writes_only_beneath_its_scratch_directory(tmp_path):
+    outside = tmp_path / "outside.txt"
+    refused = run_isolated(write_to, str(outside), timeout_s=60, confined=Limits())
+    assert refused.status == "raised" and "PermissionError" in refused.failure.types, refused.summary
+    assert not outside.exists() and refused.refused_writes == [f"open {outside}"]
+    allowed = run_isolated(write_in_scratch, timeout_s=60, confined=Limits())
+    assert allowed.status == "returned" and allowed.value == "planted" and not allowed.refused_writes
+
+
+def test_landlock_refuses_a_write_the_audit_hook_cannot_see(tmp_path):
+    outside = tmp_path / "outside.txt"
+    result = run_isolated(write_with_libc, str(outside), timeout_s=60, confined=Limits())
+    if "landlock" not in (result.confinement or ""):
+        pytest.skip(f"no Landlock here: {result.confinement}")
+    assert result.status == "raised" and not outside.exists(), result.summary
+
+
+def test_an_unconfined_child_is_not_held(tmp_path):
+    result = run_isolated(write_to, str(tmp_path / "fine.txt"), timeout_s=60)
+    assert result.status == "returned" and (tmp_path / "fine.txt").exists() and result.confinement is None
+
+
+def test_the_confinement_and_limits_are_reported():
+    result = run_isolated(os.getpid, timeout_s=60, confined=Limits(memory_bytes=8 << 30, open_files=512))
+    assert result.confinement.startswith("writes: ") and "data 8589934592" in result.confinement and "nofile 512" in result.confinement
+
+
+def test_a_detached_double_forked_process_does_not_outlive_its_child():
+    command = ["sleep", "6062"]
+    result = run_isolated(leave_a_detached_process, command, timeout_s=60, confined=Limits())
+    assert result.status == "returned"
+    assert any("sleep 6062" in line for line in result.left_behind), result.left_behind
+    time.sleep(0.1)
+    assert not running("sleep 6062")
+
+
+def test_too_many_processes_are_killed_by_the_parent():
+    result = run_isolated(_fork_many, 80, timeout_s=60, confined=Limits(processes=32))
+    assert result.status == "limit" and "more than 32 processes" in result.summary, result.summary
+    assert not result.left_behind  # killed for the limit, not left behind
+
+
+def _fork_many(count):
+    for _ in range(count):
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+    time.sleep(30)
