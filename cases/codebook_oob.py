@@ -66,13 +66,14 @@ triage_signs = TriageSigns(needs_context=True, signs=(
     Sign("failure", r"vectorized gather kernel index out of bounds", 0.7, "CUDA's vectorized gather kernel (index_select in newer torch) asserted an index past the table"),
     Sign("failure", r"IndexError: index out of range in self", 0.8, "the CPU error of an embedding / index_select lookup past the table"),
     Sign("failure", r"index out of range: Tried to access index -?\d+", 0.8, "torch 1.x's CPU error of an embedding lookup past the table"),
+    Sign("failure", r"(?:\)|ids?|tokens?|codes?|index|indices|\]) *= *-?\d+ *, *codebook_?\w*(?:size|range)\b|(?:Error|Exception)\b.*\b(?:past|outside|out of|exceeds?|larger than|greater than)\b.*codebook", 0.7, "a codec's own range guard refused a code past its codebook (the code, then the codebook's size or range, in the message)"),
     Sign("support", r"functional\.py.*\bin embedding\b|torch\.embedding\(|F\.embedding\(", 0.5, "raised in an embedding lookup (torch.nn.functional.embedding)"),
-    Sign("support", r"modules/sparse\.py|nn\.Embedding\(|\bembed_tokens\b|get_input_embeddings|\w_embeddings?\b", 0.3, "an Embedding module in the frames"),
+    Sign("support", r"_embeddings?\b|modules/sparse\.py|nn\.Embedding\(|embed_tokens\b", 0.3, "an Embedding module in the frames"),
     Sign("support", r"CUDA error: device-side assert triggered|CUDNN_STATUS_INTERNAL_ERROR|CUBLAS_STATUS_EXECUTION_FAILED", 0.1, "an asynchronous CUDA error, as a device-side assert surfaces later"),
-    Sign("context", r"\bsnac\b|\bSNAC\b", 0.5, "SNAC's decoder in the frames"),
-    Sign("context", r"\bfrom_codes\b|\bdecode_codes?\b|\bembed_code\b|\bdequantize\b|get_codebook_entry|get_output_from_indices|get_codes_from_indices|indices_to_codes|\bcodes_to_\w+", 0.5, "codes turned back into vectors (from_codes, dequantize, get_codebook_entry)"),
-    Sign("context", r"codebook|core_vq\.py|\bvq\.py|quantiz\w*\.py|vector_quantiz|VectorQuantiz|quantizer\.decode", 0.4, "a vector quantizer's codebook in the frames"),
-    Sign("context", r"encodec/|dac/nn/|audiocraft/|\bcodec_decode\b|\bcodec\.decode", 0.3, "a neural audio codec decoding codes"),
+    Sign("context", r"(?:snac|SNAC|[Ee]n[Cc]odec|[Xx][Cc]odec|WavTokenizer|wavtokenizer|[Mm]imi|[Vv]ocos)\b|dac/nn/|dac/model/|audiocraft/", 0.5, "a neural audio codec (SNAC, EnCodec, DAC, Mimi, X-Codec, WavTokenizer) in the log"),
+    Sign("context", r"(?:from_codes|from_indices|decode_codes?|embed_code|dequantize|get_codebook_entry|get_output_from_indices|get_codes_from_indices|decode_from_codebook_indices|indices_to_codes|codes_to_\w+|quantizer\.decode)\b", 0.5, "codes turned back into vectors (from_codes, dequantize, quantizer.decode)"),
+    Sign("context", r"codebook|core_vq\.py|/vq\.py|quantiz\w*\.py|vector_quantiz|VectorQuantiz|ResidualVQ\b|FSQ\b", 0.4, "a vector quantizer's codebook in the frames"),
+    Sign("context", r"\bcodec(?!s\.py)\w*|\bCodec\w*", 0.3, "a codec decoding codes"),
 ))
 
 

@@ -54,9 +54,11 @@ triage_signs = TriageSigns(signs=(
     Sign("failure", r"vectorized gather kernel index out of bounds", 0.7, "CUDA's vectorized gather kernel (index_select in newer torch) asserted an index past the table"),
     Sign("failure", r"IndexError: index out of range in self", 0.8, "the CPU error of an embedding / index_select lookup past the table"),
     Sign("failure", r"index out of range: Tried to access index -?\d+", 0.8, "torch 1.x's CPU error of an embedding lookup past the table"),
+    Sign("failure", r"CUBLAS_STATUS_(?:NOT_INITIALIZED|EXECUTION_FAILED|INTERNAL_ERROR)|CUDNN_STATUS_(?:INTERNAL_ERROR|EXECUTION_FAILED|MAPPING_ERROR)", 0.25, "a later op's cuBLAS / cuDNN error, as the lookup's assert surfaces at the next library call; alone it says nothing"),
     Sign("context", r"functional\.py.*\bin embedding\b|torch\.embedding\(|F\.embedding\(", 0.5, "raised in an embedding lookup (torch.nn.functional.embedding)"),
-    Sign("context", r"modules/sparse\.py|nn\.Embedding\(|\bembed_tokens\b|get_input_embeddings|\w_embeddings?\b", 0.3, "an Embedding module in the frames"),
-    Sign("support", r"CUDA error: device-side assert triggered|CUDNN_STATUS_INTERNAL_ERROR|CUBLAS_STATUS_EXECUTION_FAILED", 0.1, "an asynchronous CUDA error, as a device-side assert surfaces later"),
+    Sign("context", r"_embeddings?\b|modules/sparse\.py|nn\.Embedding\(|embed_tokens\b", 0.3, "an Embedding module in the frames"),
+    Sign("context", r"add_special_tokens|add_tokens\(|resize_token_embeddings|len\(tokenizer\)|vocab_size\b", 0.3, "the vocabulary changed size (tokens added, the table resized or not)"),
+    Sign("support", r"CUDA error: device-side assert triggered", 0.1, "an asynchronous CUDA error, as a device-side assert surfaces later"),
 ))
 
 

@@ -109,6 +109,7 @@ triage_signs = TriageSigns(signs=(
     Sign("failure", r"exitcode *: *-(?:11|6|7|4|8)\b", 0.6, "a rank's exit code is a native signal (-11 SIGSEGV, -6 SIGABRT, -7 SIGBUS, -4 SIGILL, -8 SIGFPE)"),
     Sign("failure", r"terminated with signal SIG(?:SEGV|ABRT|BUS|ILL|FPE)|died with <Signals\.SIG(?:SEGV|ABRT|BUS|ILL|FPE)", 0.5, "a spawned rank died of a native signal"),
     Sign("context", r"ChildFailedError|torch\.distributed\.elastic|torchrun|accelerate launch|distributed/launch\.py|distributed/run\.py", 0.3, "a multi-process launcher (torch elastic, torchrun, accelerate)"),
+    Sign("context", r"Sending process \d+ closing signal SIGTERM|Received \d+ death signal, shutting down workers", 0.2, "the launcher tearing down the other ranks after one failed (why it failed is in the exit code, if the log reaches it)"),
     Sign("support", r"Fatal Python error: (?:Segmentation fault|Aborted|Bus error)|Segmentation fault \(core dumped\)", 0.3, "a native fault in a process's own log"),
     Sign("veto", r"Watchdog caught collective operation timeout|NCCL watchdog|ran for \d+ milliseconds before timing out|Some NCCL operations have failed or timed out", 0, "an NCCL timeout: the rank hung and the watchdog aborted it"),
     Sign("veto", r"DataLoader worker \(pid|encountered in worker\.", 0, "the signal killed a DataLoader worker, not a rank"),

@@ -19,7 +19,9 @@ Scoring. A sign is a regex searched in the cleaned log, one line at a time:
 The score combines the weights of the signs that matched, 1 - prod(1 - weight), each sign once.
 A case without a failure sign, or one whose `needs_context` has no context sign, scores at
 most UNCLAIMED_CEILING; a vetoed case scores 0. Candidates are every case with a matched sign,
-best first.
+best first. A candidate below VERDICT_SCORE says why in the words "too little to decide": a log
+cut before its error line, a failure line common to other bugs with nothing around it, or a weak
+failure (a later op's cuBLAS error) without enough context. It stays a candidate, never a verdict.
 
 Exit status: 0 when the log was read (whether or not a case matched), 2 when it could not be
 read (missing file, a directory, binary data); the reason goes to stderr on one line.
@@ -42,6 +44,7 @@ UNCLAIMED_CEILING = 0.45  # strictly below VERDICT_SCORE: supporting lines alone
 MAX_LINE_CHARS = 2000  # longer lines are cut, which bounds every regex's work per line
 EVIDENCE_CHARS = 300
 NOT_KNOWN = "not one of the known cases"
+TOO_LITTLE = "too little to decide"
 
 
 @dataclass(frozen=True)
@@ -83,11 +86,15 @@ class Verdict:
 LOOKALIKES = (
     Sign("lookalike", r"t >= 0 && t < n_classes|IndexError: Target -?\d+ is out of bounds|ClassNLLCriterion", 1, "an NLL / cross-entropy target out of range (a label >= the number of classes), not an embedding or class-weight lookup"),
     Sign("lookalike", r"tokenization_\w+\.py|piece id is out of range|out of range integral type conversion attempted|sentencepiece", 1, "an index error in a tokenizer (token ids outside its vocabulary), not an out-of-range lookup in a model"),
-    Sign("lookalike", r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|can't allocate memory|exitcode *: *-9\b|Signal 9 \(SIGKILL\)", 1, "out of memory (on the GPU, or a process killed by SIGKILL, as the host's OOM killer does)"),
+    Sign("lookalike", r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|can't allocate memory|exitcode *: *-9\b|[Ss]ignal 9 \(SIGKILL\)", 1, "out of memory (on the GPU, or a process killed by SIGKILL, as the host's OOM killer does)"),
+    Sign("lookalike", r"failed \(exitcode: 1\)|exitcode *: *1 \(pid", 1, "a rank that exited with a Python error (exit code 1), not a signal: its own traceback, above the launcher's lines, says why"),
     Sign("lookalike", r"Watchdog caught collective operation timeout|NCCL watchdog|ran for \d+ milliseconds before timing out|Some NCCL operations have failed or timed out", 1, "an NCCL timeout: a rank hung in a collective and the watchdog took the process down"),
     Sign("lookalike", r"DataLoader worker \(pid|encountered in worker\.|exited unexpectedly with exit code", 1, "a DataLoader worker killed by a signal (a dataset or shared-memory problem), not a rank"),
     Sign("lookalike", r"ScatterGatherKernel\.cu|index \d+ is out of bounds for axis", 1, "a gather/scatter or NumPy index out of range, not one of the cases' lookups"),
     Sign("lookalike", r"does not support bfloat16|not supported for autocast|In CPU autocast, but the target dtype is not supported", 1, "autocast with a dtype the device lacks, not a device-type error"),
+    Sign("lookalike", r"User provided device_type of '\w+', but \w+ is not available|autocast only affects CUDA ops, but CUDA is not available", 1, "autocast's warning that it disabled itself (no CUDA here): a warning, not the device-type error"),
+    Sign("lookalike", r"weight tensor should be defined either for all or no classes", 1, "class weights of the wrong length for the loss, not the ignore label indexing them"),
+    Sign("lookalike", r"only one element tensors can be converted to Python scalars", 1, "a tensor of several values where Python expected one number (`.item()` on a per-GPU loss, `torch.tensor` of tensors)"),
     Sign("lookalike", r"device-side assert(ion)? triggered", 1, "a device-side assert whose kernel line is missing: rerun with CUDA_LAUNCH_BLOCKING=1 and paste the lines with `Assertion`"),
 )
 
@@ -201,9 +208,11 @@ def _score(case: str, rules: TriageSigns, cleaned: str, starts: list[int], raw: 
     score = 1.0 - miss
     why = "; ".join(sign.why for sign, _ in matched)
     if "failure" not in kinds:
-        score, why = min(score, UNCLAIMED_CEILING), f"no failure line of this case, only context ({why})"
+        score, why = min(score, UNCLAIMED_CEILING), f"{TOO_LITTLE}: no line says what failed, only where ({why}); paste the error's own lines"
     elif rules.needs_context and "context" not in kinds:
-        score, why = min(score, UNCLAIMED_CEILING), f"the failure is shared with another case and nothing places it in this one ({why})"
+        score, why = min(score, UNCLAIMED_CEILING), f"{TOO_LITTLE}: the failure line is common to other bugs and nothing here places it in this case ({why})"
+    elif score < VERDICT_SCORE:
+        why = f"{TOO_LITTLE}: {why}"
     evidence = list(dict.fromkeys(_evidence(raw, line) for _, line in matched))
     return Candidate(case, round(score, 3), evidence, why)
 

@@ -2,8 +2,12 @@
 
 Fixtures in tests/triage_logs/<family>/ are logs from public issue threads, marked in-band as
 pytorch/test-infra's log classifier marks its fixtures: `#=EXPECT=# <case or none>`, `#=SOURCE=# <url>`,
-`#=LOOKS_LIKE=# <words>` (a none verdict must name this look-alike), and ` #=MATCH=#` at the end of
-the line that must be among the verdict's evidence. Lines starting with `#=` are not part of the log.
+`#=LOOKS_LIKE=# <words>` (a none verdict must name this look-alike), `#=CANDIDATE=# <case>` (a log that
+holds too little to decide: no verdict, but the case stays a candidate and says so), `#=KNOWN_MISS=# <why>`
+(a positive that triage is known to miss: checked as CANDIDATE until it is fixed), and ` #=MATCH=#` at
+the end of the line that must be among the verdict's evidence. Lines starting with `#=` are not part of
+the log. tests/triage_logs_heldout/ holds logs of the same form that were kept apart while the signs were
+tuned for issue 21 and measured once (README, "Triage"); they are regular fixtures since.
 """
 
 import json
@@ -14,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from harness.cases import ROOT, case_names
-from harness.triage import NOT_KNOWN, UNCLAIMED_CEILING, VERDICT_SCORE, load_signs, main, normalise, triage
+from harness.triage import NOT_KNOWN, TOO_LITTLE, UNCLAIMED_CEILING, VERDICT_SCORE, load_signs, main, normalise, triage
 
 FIXTURES = ROOT / "tests" / "triage_logs"
+HELD_OUT = ROOT / "tests" / "triage_logs_heldout"
 MATCH = " #=MATCH=#"
 
 
@@ -34,15 +39,18 @@ def _fixture(path: Path) -> tuple[dict[str, str], str, str | None]:
     return headers, "\n".join(log), marked
 
 
-FIXTURE_PATHS = sorted(FIXTURES.rglob("*.log"))
+FIXTURE_PATHS = sorted(FIXTURES.rglob("*.log")) + sorted(HELD_OUT.rglob("*.log"))
+FAMILIES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 
 
-@pytest.mark.parametrize("path", FIXTURE_PATHS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("path", FIXTURE_PATHS, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.stem}")
 def test_real_log_triages_as_marked(path):
     headers, log, marked = _fixture(path)
     assert headers["SOURCE"].startswith("https://github.com/"), "every fixture names its source thread"
     verdict = triage(log)
     expected = None if headers["EXPECT"] == "none" else headers["EXPECT"]
+    if "KNOWN_MISS" in headers:  # a positive triage measured as missed: it must stay a candidate, and become a verdict when fixed
+        expected, headers["CANDIDATE"] = None, headers["EXPECT"]
     assert verdict.case == expected, [(c.case, c.score, c.why) for c in verdict.candidates]
     if expected:
         assert marked is not None, "a positive fixture marks its evidence line"
@@ -50,15 +58,45 @@ def test_real_log_triages_as_marked(path):
         assert verdict.candidates[0].score >= VERDICT_SCORE
     else:
         assert all(c.score < VERDICT_SCORE for c in verdict.candidates)
+    if "CANDIDATE" in headers:
+        kept = [c for c in verdict.candidates if c.case == headers["CANDIDATE"]]
+        assert kept and kept[0].why.startswith(TOO_LITTLE), [(c.case, c.score, c.why) for c in verdict.candidates]
     if "LOOKS_LIKE" in headers:
         assert any(headers["LOOKS_LIKE"] in why for why in verdict.looks_like), verdict.looks_like
 
 
-@pytest.mark.parametrize("family", sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_each_family_keeps_at_least_as_many_negatives_as_positives(family):
-    expected = [_fixture(path)[0]["EXPECT"] for path in (FIXTURES / family).glob("*.log")]
+    expected = [_fixture(path)[0]["EXPECT"] for folder in (FIXTURES, HELD_OUT) for path in (folder / family).glob("*.log")]
     positives = sum(1 for e in expected if e == family)
     assert len(expected) - positives >= positives
+
+
+def _figures(folder: Path) -> dict[str, tuple[int, int, int, int, int]]:
+    """Per family: (positives, verdict right, right case among the candidates, near-miss negatives, negatives claimed)."""
+    figures = {}
+    for family in FAMILIES:
+        positives = right = among = negatives = claimed = 0
+        for path in (folder / family).glob("*.log"):
+            headers, log, _ = _fixture(path)
+            if "CANDIDATE" in headers:
+                continue  # too little to decide by design: checked one by one above
+            verdict = triage(log)
+            if headers["EXPECT"] == family:
+                positives += 1
+                right += verdict.case == family
+                among += family in [c.case for c in verdict.candidates]
+            else:
+                negatives += 1
+                claimed += verdict.case != (None if headers["EXPECT"] == "none" else headers["EXPECT"])
+        figures[family] = (positives, right, among, negatives, claimed)
+    return figures
+
+
+def test_held_out_logs_meet_the_goals_of_issue_21():
+    """Verdict right for >= 80% of positives, the case among the candidates for >= 95%, <= 10% of near-misses claimed."""
+    positives, right, among, negatives, claimed = (sum(column) for column in zip(*_figures(HELD_OUT).values()))
+    assert right >= 0.8 * positives and among >= 0.95 * positives and claimed <= 0.1 * negatives, (right, among, claimed, positives, negatives)
 
 
 def test_fixtures_come_from_many_projects_and_none_from_the_five_upstream_threads():
