@@ -61,6 +61,9 @@ TORCH_VERSIONS = ["2.3.1", "2.4.1", "2.6.0", "2.9.1", "2.11.0", "2.13.0", "2.15.
 LATEST = "latest"  # a moving entry: the newest release on the index when the session runs
 NIGHTLY_INDEX = "https://download.pytorch.org/whl/nightly/cpu"  # PyTorch's own index of nightly pre-releases
 DEVICE = "cpu"
+# The compile axis (harness/compiled.py): eager records in <case>/, compiled ones in <mode>/<case>/.
+# MATRIX_COMPILE=inductor runs one mode only; MATRIX_BENCHMARKS=0 skips the benchmarks (a re-run of one mode).
+COMPILE_MODES = [mode for mode in os.environ.get("MATRIX_COMPILE", "off,inductor").split(",") if mode]
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = Path("results")  # relative to ROOT, where nox runs sessions: the records' argv stays short
@@ -127,21 +130,30 @@ def _run_matrix(session: nox.Session, entry: str, version: str, install_s: float
     session.log(f"torch {installed} ({entry}): install {cost['install_s']} s, venv {cost['venv_bytes'] / 2**30:.2f} GiB")
     _tell_workflow(torch=version, records=str(out))
 
-    shutil.rmtree(out, ignore_errors=True)  # the records of this run only
-    out.mkdir(parents=True)
     cost["source_digest"] = _source_digest()  # the harness, cases and configs this run used (the tree may be dirty)
-    command = ["python", "-m", "harness", "-m", "case=glob(*)", f"device={DEVICE}"]
-    command += [f"hydra.sweep.dir={out}", "hydra.sweep.subdir=${case.name}", *session.posargs]  # one folder per case
-    started = time.perf_counter()
-    code, output = _run_tee(session, command, out / "harness.log")
-    cost["harness_s"] = round(time.perf_counter() - started, 1)
-    cost["harness_exit"] = code
-    problems = _harness_problems(code, output, out)
-    cost["not_ok"] = _phases_not_ok(out)
-    cost["harness_problems"] = problems
-    if problems:
+    cost["not_ok"], cost["harness_problems"] = [], []
+    for mode in COMPILE_MODES:
+        folder = _mode_folder(out, mode)
+        for stale in [folder / case for case in _case_names()] + [folder / "harness.log"]:  # this mode's records only
+            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        command = ["python", "-m", "harness", "-m", "case=glob(*)", f"device={DEVICE}", f"compile={mode}"]
+        command += [f"hydra.sweep.dir={folder}", "hydra.sweep.subdir=${case.name}", *session.posargs]  # one folder per case
+        started = time.perf_counter()
+        code, output = _run_tee(session, command, folder / "harness.log")
+        key = _key(mode)
+        cost[f"harness{key}_s"] = round(time.perf_counter() - started, 1)
+        cost[f"harness{key}_exit"] = code
+        problems = _harness_problems(code, output, folder, mode)
+        cost["not_ok"] += _phases_not_ok(folder, mode)
+        cost["harness_problems"] += problems
+        if problems:
+            _write_cost(out, cost)
+            session.error(f"the harness broke under torch {installed}, compile={mode}: " + "; ".join(problems))
+    if os.environ.get("MATRIX_BENCHMARKS") == "0":
         _write_cost(out, cost)
-        session.error(f"the harness broke under torch {installed}: " + "; ".join(problems))
+        session.log(f"torch {installed}: " + ", ".join(f"compile={mode} harness exit {cost[f'harness{_key(mode)}_exit']}" for mode in COMPILE_MODES) + "; benchmarks skipped (MATRIX_BENCHMARKS=0)")
+        return
 
     started, saved_after = time.perf_counter(), time.time()
     save = f"torch-{version}"
@@ -159,7 +171,8 @@ def _run_matrix(session: nox.Session, entry: str, version: str, install_s: float
     cost["benchmark_file"] = str(saves[0]) if saves else None
     _write_cost(out, cost)
 
-    summary = f"torch {installed}: harness exit {code} in {cost['harness_s']} s, pytest exit {pytest_exit} in {cost['benchmark_s']} s"
+    runs = ", ".join(f"harness{'' if mode == 'off' else ' ' + mode} exit {cost[f'harness{_key(mode)}_exit']} in {cost[f'harness{_key(mode)}_s']} s" for mode in COMPILE_MODES)
+    summary = f"torch {installed}: {runs}, pytest exit {pytest_exit} in {cost['benchmark_s']} s"
     for miss in cost["not_ok"]:
         summary += f"\n  not ok: {miss['case']} {miss['phase']} {miss['status']}: {miss['message'][:200]}"
     session.log(summary)
@@ -195,7 +208,24 @@ def _run_tee(session: nox.Session, args: list[str], log: Path | None) -> tuple[i
     return child.returncode, "".join(lines)
 
 
-def _harness_problems(code: int, output: str, out: Path) -> list[str]:
+def _key(mode: str) -> str:
+    """session.json's key suffix for a mode: harness_s eager, harness_inductor_s compiled."""
+    return "" if mode == "off" else f"_{mode}"
+
+
+def _case_names() -> list[str]:
+    return sorted(path.stem for path in (ROOT / "conf" / "case").glob("*.yaml"))
+
+
+def _mode_folder(out: Path, mode: str) -> Path:
+    return out if mode == "off" else out / mode
+
+
+def _record_name(case: str, mode: str) -> str:
+    return f"{case}.{DEVICE}.json" if mode == "off" else f"{case}.{DEVICE}.{mode}.json"  # harness/run.py's record_name
+
+
+def _harness_problems(code: int, output: str, out: Path, mode: str = "off") -> list[str]:
     """Why this run says nothing about the cases (empty when it ran them all), as opposed to a phase missing its expectation."""
     problems = []
     if code not in (0, 1):
@@ -203,8 +233,8 @@ def _harness_problems(code: int, output: str, out: Path) -> list[str]:
     for marker in HARNESS_CRASH_MARKERS:
         if marker in output:
             problems.append(f"its output has {marker!r}")
-    for case in sorted(path.stem for path in (ROOT / "conf" / "case").glob("*.yaml")):
-        record = out / case / f"{case}.{DEVICE}.json"
+    for case in _case_names():
+        record = out / case / _record_name(case, mode)
         if not record.is_file():
             problems.append(f"no record for {case}")
         elif json.loads(record.read_text()).get("finished_at") is None:
@@ -212,14 +242,14 @@ def _harness_problems(code: int, output: str, out: Path) -> list[str]:
     return problems
 
 
-def _phases_not_ok(out: Path) -> list[dict]:
+def _phases_not_ok(out: Path, mode: str = "off") -> list[dict]:
     missed = []
-    for record_path in sorted(out.glob(f"*/*.{DEVICE}.json")):
+    for record_path in sorted(out / case / _record_name(case, mode) for case in _case_names() if (out / case / _record_name(case, mode)).is_file()):
         record = json.loads(record_path.read_text())
         for phase in record["phases"]:
             if not phase["ok"]:
                 message = re.sub(r"\s+", " ", phase["message"])
-                missed.append({"case": record["case"], "phase": phase["phase"], "status": phase["status"], "message": message})
+                missed.append({"case": record["case"], "compile": mode, "phase": phase["phase"], "status": phase["status"], "message": message})
     return missed
 
 

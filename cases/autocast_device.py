@@ -56,6 +56,8 @@ symptoms = {  # torch 2.4.0 made autocast accept a device string with an index (
     "cuda": Symptom("RuntimeError", r"unsupported autocast device_type 'cuda:\d+'", fixed_in="2.4.0"),
 }
 
+compiled_unit = "the Brain's training step (`fit_batch`): forward under autocast, the loss and the backward"
+
 # A device string ("cuda:0", "mps") or a non-type handed to torch.autocast where a device type belongs.
 triage_signs = TriageSigns(signs=(
     Sign("failure", r"unsupported autocast device_type", 0.9, "torch.autocast refused its device_type"),

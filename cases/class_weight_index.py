@@ -80,6 +80,8 @@ symptoms = {
     ),
 }
 
+compiled_unit = "the loss: mmseg's CrossEntropyLoss with class weights, as the decode head calls it"
+
 # Advanced indexing past a tensor, claimed here only where a loss looks up class weights or an ignore label is the index.
 triage_signs = TriageSigns(needs_context=True, signs=(
     Sign("failure", r"IndexKernel\.cu.*index out of bounds", 0.6, "CUDA's advanced-indexing kernel (IndexKernel.cu) asserted an index out of bounds"),

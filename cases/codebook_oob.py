@@ -60,6 +60,8 @@ symptoms = {
     ),
 }
 
+compiled_unit = "the decode step: the head's token selection per codebook layer and the codec's decode of the streamed codes"
+
 # The embedding_oob family's failure lines, claimed here only where a codebook / quantizer / codec decodes codes.
 triage_signs = TriageSigns(needs_context=True, signs=(
     Sign("failure", r"Indexing\.cu.*srcIndex < srcSelectDimSize|indexSelect(?:Large|Small)Index.*Assertion", 0.9, "CUDA's index_select kernel, which an embedding lookup runs, asserted an index past the table"),

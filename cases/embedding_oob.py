@@ -48,6 +48,8 @@ symptoms = {
     ),
 }
 
+compiled_unit = "the model's forward: the emotion encoder's lookup and the diffusion network's conv"
+
 # An out-of-range lookup in any embedding or index_select; a codebook's is the more specific codebook_oob.
 triage_signs = TriageSigns(signs=(
     Sign("failure", r"Indexing\.cu.*srcIndex < srcSelectDimSize|indexSelect(?:Large|Small)Index.*Assertion", 0.9, "CUDA's index_select kernel, which an embedding lookup runs, asserted an index past the table"),

@@ -89,6 +89,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from cases._ddp_worker import launch
+from harness import compiled as compile_axis
 from harness.cases import Symptom
 from harness.triage import Sign, TriageSigns
 
@@ -102,6 +103,9 @@ symptoms = {
     "cpu": Symptom("ChildFailedError", LAUNCHER_REPORT, output=NATIVE_DEATH),
     "cuda": Symptom("ChildFailedError", LAUNCHER_REPORT, output=NATIVE_DEATH),
 }
+
+compiled_unit = "each rank's DDP model, `torch.compile(DistributedDataParallel(model))`, in the ranks; the launcher and the pre-flight's object collectives are orchestration dynamo does not trace, so the pre-flight (the timed fix) runs eager"
+compiles_itself = True  # the harness cannot compile a launch: the ranks compile their model from cfg.compile (Job.compile)
 
 # A rank killed by a native signal under a launcher; a hang's watchdog abort and a DataLoader worker's death are not.
 triage_signs = TriageSigns(signs=(
@@ -159,6 +163,7 @@ class Job(NamedTuple):
     pg_timeout_s: float  # process-group timeout
     max_restarts: int  # torch elastic restarts of the whole group
     deadline_s: float  # the launch is killed past this
+    compile: str = "off"  # torch.compile's backend for each rank's DDP model (compile=...), or off
 
 
 def make_inputs(cfg, device):
@@ -188,6 +193,7 @@ def make_inputs(cfg, device):
         pg_timeout_s=float(cfg.pg_timeout_s),
         max_restarts=0,
         deadline_s=float(cfg.deadline_s),
+        compile=compile_axis.mode_of(cfg),
     )
 
 
@@ -251,6 +257,7 @@ def build_model(job, rank, dtype, device):
 def train(job, rank, model, device):
     ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=job.lr)
+    ddp = compile_axis.under(job.compile, ddp)  # a user compiles the DDP model; dynamo splits its graph at DDP's buckets
     dtype = next(model.parameters()).dtype
     per_rank = len(job.features) // job.ranks
     features = job.features[rank * per_rank : (rank + 1) * per_rank].to(device, dtype)  # (B / N, T, C)
@@ -440,7 +447,7 @@ def _one_rank(job):
         model = model.to(device=job.device, dtype=dtype)
         ddp = DistributedDataParallel(model)
         data = (job.features.to(job.device, dtype), job.targets.to(job.device, dtype))
-        _speed_state[id(job)] = (model, ddp, torch.optim.SGD(ddp.parameters(), lr=job.lr), data)
+        _speed_state[id(job)] = (model, compile_axis.under(job.compile, ddp), torch.optim.SGD(ddp.parameters(), lr=job.lr), data)
     return _speed_state[id(job)]
 
 

@@ -16,6 +16,11 @@ name. The module provides plain names, no base class:
                      speed verdict must flag it. Required where the yaml sets a speed budget for any device
     speed_reference  inputs -> output: the intended output of `speed_candidate`, computed independently;
                      required with `slow_fixes` where the case times only part of the fix
+    compiled_unit    str: what a user of this code would `torch.compile` (the model step, the loss, the decode), and
+                     why not where compiling does not apply; with compile=<backend> (harness/compiled.py) the
+                     harness compiles `buggy`, `fixed` and each timed, slow or bad fix whole, never `reference`
+    compiles_itself  (optional) True: the harness cannot compile the unit from outside (a launcher's ranks); the
+                     case compiles it where it runs, reading the backend from `cfg.compile`
     preload          (optional) () -> None: slow imports every child needs (an upstream package); the fork
                      server calls it once (harness/preload.py), so neither the children nor the harness's
                      own process pay for them
@@ -49,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = ROOT / "cases"
 CASE_CONFIG_DIR = ROOT / "conf" / "case"
 DEVICES = ("cpu", "cuda")
-REQUIRED_NAMES = ("symptoms", "triage_signs", "make_inputs", "buggy", "fixed", "reference", "bad_fixes", "speed_baseline")
+REQUIRED_NAMES = ("symptoms", "triage_signs", "compiled_unit", "make_inputs", "buggy", "fixed", "reference", "bad_fixes", "speed_baseline")
 REQUIRED_SECTIONS = ("Upstream", "Fidelity", "Symptom on CUDA", "Symptom on CPU", "Cause", "Fix")
 _SECTION_START = re.compile(r"^([A-Z][A-Za-z ]*?):(?:\s+|$)(.*)$")
 

@@ -56,6 +56,7 @@ class Failure:
     where: str  # innermost frame: "file.py:123 in function"
     traceback: str
     figures: dict[str, Any] = field(default_factory=dict)  # an exception's own `figures` dict, if it carries one
+    modules: tuple[str, ...] = ()  # the module of each of `types`: tells the compiler's own errors apart (harness/compiled.py)
 
     @classmethod
     def from_exception(cls, error: BaseException) -> Failure:
@@ -67,6 +68,7 @@ class Failure:
             where=where,
             traceback="".join(traceback.format_exception(error)),
             figures=_plain(getattr(error, "figures", None)),
+            modules=tuple(t.__module__ for t in type(error).__mro__ if t is not object),
         )
 
     @property

@@ -31,7 +31,7 @@ from packaging.version import Version
 EXPECTATIONS = Path(__file__).resolve().parent.parent / "expectations.yaml"
 EVERY_BAD_FIX = "bad_fix:*"  # an expectation key ending in ":*" covers every phase with that prefix (bad_fix:*, slow_fix:*)
 UNDECIDED = "inconclusive"  # a speed verdict whose interval straddles the budget: never a pass, listed apart
-ENTRY_KEYS = ("torch", "devices", "why", "established")  # the rest of an entry's keys are phases
+ENTRY_KEYS = ("torch", "devices", "compile", "why", "established")  # the rest of an entry's keys are phases
 SPEED_THRESHOLD = 0.2  # the change report's relative speed change where a record has no ratio interval
 DOC_HEADER = """# The regression matrix
 
@@ -54,6 +54,16 @@ class Record:
     messages: dict[str, str]
     figures: dict[str, dict[str, Any]]
     path: Path
+    compile: str = "off"  # torch.compile's backend the record ran under (harness/compiled.py), or off
+
+    @property
+    def where(self) -> str:
+        """'embedding_oob torch 2.13.0 cpu', with ' inductor' where it ran compiled."""
+        return f"{self.case} torch {self.torch} {self.platform}"
+
+    @property
+    def platform(self) -> str:
+        return self.device if self.compile == "off" else f"{self.device} {self.compile}"
 
 
 def load_records(folder: Path) -> list[Record]:
@@ -72,6 +82,7 @@ def load_records(folder: Path) -> list[Record]:
                 messages={phase["phase"]: phase["message"] for phase in phases},
                 figures={phase["phase"]: phase["figures"] for phase in phases},
                 path=path,
+                compile=data.get("compile") or "off",
             )
         )
     return records
@@ -81,7 +92,7 @@ def drifts(records: list[Record], expectations: dict[str, list[dict[str, Any]]])
     """Each way the records depart from the expectations, one line each; empty when none do."""
     found = []
     for record in records:
-        where = f"{record.case} torch {record.torch} {record.device}"
+        where = record.where
         entry = _entry_for(record, expectations.get(record.case, []))
         if entry is None:
             found.append(f"{where}: no expectation covers this record ({record.path})")
@@ -107,7 +118,7 @@ def drifts(records: list[Record], expectations: dict[str, list[dict[str, Any]]])
 def undecided(records: list[Record]) -> list[str]:
     """Each phase whose verdict was inconclusive, one line each: allowed where expected, but not a pass."""
     return [
-        f"{record.case} torch {record.torch} {record.device} {phase}: {record.messages[phase]}"
+        f"{record.where} {phase}: {record.messages[phase]}"
         for record in records
         for phase, status in record.statuses.items()
         if status == UNDECIDED
@@ -120,14 +131,15 @@ def extrapolations(records: list[Record], expectations: dict[str, list[dict[str,
     for record in records:
         entry = _entry_for(record, expectations.get(record.case, []))
         if entry is not None and _extrapolated(record, entry):
-            found.append(f"{record.case} torch {record.torch} {record.device}: judged by {_entry_text(entry)}, newer than all of them")
+            found.append(f"{record.where}: judged by {_entry_text(entry)}, newer than all of them")
     return found
 
 
 def _entry_for(record: Record, entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     for entry in entries:
         # prereleases=True: a nightly (2.17.0.dev20250101) falls in ">=2.4" like the release it leads to
-        if SpecifierSet(entry["torch"]).contains(Version(record.torch), prereleases=True) and record.device in entry["devices"]:
+        in_range = SpecifierSet(entry["torch"]).contains(Version(record.torch), prereleases=True)
+        if in_range and record.device in entry["devices"] and record.compile in entry.get("compile", ["off"]):
             return entry
     return None
 
@@ -144,7 +156,9 @@ def _extrapolated(record: Record, entry: dict[str, Any]) -> bool:
 def _entry_text(entry: dict[str, Any]) -> str:
     established = sorted((str(version) for version in entry.get("established") or []), key=Version)
     on = f"established on torch {', '.join(established)}" if established else "which names no torch version it was established on"
-    return f"the entry for torch {entry['torch']} on {', '.join(entry['devices'])}, {on}"
+    modes = entry.get("compile", ["off"])
+    compiled = "" if modes == ["off"] else f" (compile {', '.join(modes)})"
+    return f"the entry for torch {entry['torch']} on {', '.join(entry['devices'])}{compiled}, {on}"
 
 
 def _speed_text(record: Record) -> str:
@@ -166,11 +180,11 @@ def table(records: list[Record]) -> str:
     for device in sorted(by_device):
         device_records = by_device[device]
         versions = sorted({record.torch for record in device_records}, key=Version)
-        cells = {(record.case, record.torch): record for record in device_records}
-        lines += [f"### {device}", "", "| case | " + " | ".join(f"torch {v}" for v in versions) + " |", "|---" * (len(versions) + 1) + "|"]
-        for case in sorted({record.case for record in device_records}):
-            row = [_cell(cells.get((case, version))) for version in versions]
-            lines.append(f"| `{case}` | " + " | ".join(row) + " |")
+        cells = {(record.case, record.compile, record.torch): record for record in device_records}
+        lines += [f"### {device}", "", "| case | compile | " + " | ".join(f"torch {v}" for v in versions) + " |", "|---" * (len(versions) + 2) + "|"]
+        for case, mode in sorted({(record.case, record.compile) for record in device_records}, key=lambda key: (key[0], key[1] != "off", key[1])):
+            row = [_cell(cells.get((case, mode, version))) for version in versions]
+            lines.append(f"| `{case}` | {'eager' if mode == 'off' else mode} | " + " | ".join(row) + " |")
         inconclusive = undecided(device_records)
         lines += ["", f"Speed verdicts inconclusive (ok, not a pass): {len(inconclusive)} of {len(device_records)} records."]
         lines += ["", "Where behaviour changed between adjacent versions:", ""]
@@ -204,20 +218,31 @@ def _cell(record: Record | None) -> str:
 
 def _changes(records: list[Record], versions: list[str]) -> list[str]:
     lines = []
-    for case in sorted({record.case for record in records}):
-        by_version = {record.torch: record for record in records if record.case == case}
+    for case, mode in sorted({(record.case, record.compile) for record in records}):
+        by_version = {record.torch: record for record in records if (record.case, record.compile) == (case, mode)}
         present = [v for v in versions if v in by_version]
+        compiled = "" if mode == "off" else f" under {mode}"
         for older, newer in zip(present, present[1:]):
             before, after = _behaviour(by_version[older]), _behaviour(by_version[newer])
             if before != after:
-                lines.append(f"- `{case}`, torch {older} -> {newer}: {before} -> {after}")
+                lines.append(f"- `{case}`{compiled}, torch {older} -> {newer}: {before} -> {after}")
     return lines
 
 
 def _behaviour(record: Record) -> str:
     status = record.statuses.get("reproduce", "-")
-    error = record.figures.get("reproduce", {}).get("error")
+    error = _symptom_text(record)
     return f"{status} ({error})" if error else status
+
+
+def _symptom_text(record: Record) -> str | None:
+    """The reproduce error, or for a process a native error killed, its telling line (harness/compiled.py)."""
+    figures = record.figures.get("reproduce", {})
+    if figures.get("error"):
+        return figures["error"]
+    if figures.get("native_message"):
+        return record.messages.get("reproduce")
+    return None
 
 
 def changes(old: list[Record], new: list[Record], threshold: float = SPEED_THRESHOLD) -> list[str]:
@@ -231,23 +256,24 @@ def changes(old: list[Record], new: list[Record], threshold: float = SPEED_THRES
     before, after = _newest_per_case(old), _newest_per_case(new)
     lines = []
     for key in sorted(before.keys() | after.keys()):
-        case, device = key
+        case, platform = key
         if key not in after:
-            lines += [f"### `{case}` on {device}", "", f"- no record in the new set (the old one is from torch {before[key].torch})", ""]
+            lines += [f"### `{case}` on {platform}", "", f"- no record in the new set (the old one is from torch {before[key].torch})", ""]
             continue
         if key not in before:
-            lines += [f"### `{case}` on {device}", "", f"- no record in the old set (the new one is from torch {after[key].torch})", ""]
+            lines += [f"### `{case}` on {platform}", "", f"- no record in the old set (the new one is from torch {after[key].torch})", ""]
             continue
         found = _record_changes(before[key], after[key], threshold)
         if found:
-            lines += [f"### `{case}` on {device}, torch {before[key].torch} -> {after[key].torch}", "", *found, ""]
+            lines += [f"### `{case}` on {platform}, torch {before[key].torch} -> {after[key].torch}", "", *found, ""]
     return lines
 
 
 def _newest_per_case(records: list[Record]) -> dict[tuple[str, str], Record]:
+    """Per case and platform (the device, and the compile backend where compiled), the newest torch's record."""
     newest: dict[tuple[str, str], Record] = {}
     for record in sorted(records, key=lambda record: Version(record.torch)):
-        newest[(record.case, record.device)] = record
+        newest[(record.case, record.platform)] = record
     return newest
 
 
@@ -269,7 +295,7 @@ def _record_changes(before: Record, after: Record, threshold: float) -> list[str
 
 
 def _symptom(record: Record) -> str:
-    error = record.figures.get("reproduce", {}).get("error")
+    error = _symptom_text(record)
     return _code(error) if error else "none (no error recorded)"
 
 

@@ -43,6 +43,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import load_case
+from harness import compiled as compile_axis
 from harness.clock import TimedProcess, anomaly, clock_figures, drive, serve
 from harness.compare import compare, describe
 from harness.confine import Limits
@@ -108,9 +109,11 @@ def confinement(cfg: DictConfig, settings: Settings) -> Limits | None:
 
 def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     result = run_isolated(_reproduce_in_child, cfg, settings.device, timeout_s=settings.timeout_s)
+    if compile_axis.mode_of(cfg) != "off":
+        return reproduce_compiled(case, cfg, settings, result)
     if result.status != "returned":
         return _abnormal("reproduce", result)
-    failure, context_after = result.value
+    failure, context_after, _ = result.value
     symptom = case.symptoms[settings.device]
     expected = symptom.expected_on(torch.__version__)
     if failure is None:
@@ -131,15 +134,59 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
     return _record("reproduce", "reproduced", True, failure.headline, result, figures)
 
 
-def _reproduce_in_child(cfg: DictConfig, device: str) -> tuple[Failure | None, str | None]:
+def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
+    """The buggy code compiled: how it failed, which may not be how it fails eager.
+
+    raised          it raised: `same_as_eager` says whether it is the device's eager symptom
+    aborted         a native error killed the process (inductor's kernels throw C++ exceptions): the signal
+                    and the native lines of its output, verbatim
+    silent          it returned where eager fails: how far the output is from the reference
+    compile_failed  the compiler itself raised something other than the symptom
+    fixed_upstream  it ran clean on a torch the case records as having made the code valid
+    not_reproduced  it returned the reference's output on a torch where the bug is expected
+    """
+    mode = compile_axis.mode_of(cfg)
+    symptom = case.symptoms[settings.device]
+    expected = symptom.expected_on(torch.__version__)
+    if result.status == "signalled":
+        native = compile_axis.native_message(result.output)
+        figures = {"signal": result.signal, "native_message": native, "same_as_eager": False}
+        said = compile_axis.native_headline(native)
+        return _record("reproduce", "aborted", expected, f"{result.signal} under {mode}: {said}", result, figures)
+    if result.status != "returned":
+        return _abnormal("reproduce", result)
+    failure, context_after, silent = result.value
+    if failure is None:
+        if not expected:
+            return _record("reproduce", "fixed_upstream", True, f"compiled buggy ran without error, as expected from torch {symptom.fixed_in} on", result)
+        if silent["match"]:
+            return _record("reproduce", "not_reproduced", False, f"compiled buggy returned the reference's output on torch {torch.__version__}", result, silent)
+        message = f"returned an output under {mode} where eager raises {symptom.exception}: {_difference(silent)}"
+        return _record("reproduce", "silent", True, message, result, {**silent, "same_as_eager": False})
+    problems = symptom.mismatches(failure, result.output)
+    figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where, "same_as_eager": not problems, "traceback": failure.traceback, **failure.figures}
+    if context_after is not None:
+        figures["unrelated_op_after_error"] = context_after
+    if problems and compile_axis.is_compiler_error(failure.types, failure.modules):
+        return _record("reproduce", "compile_failed", False, f"the compiler raised {failure.headline}", result, figures)
+    eager = "" if not problems else f" (eager: {symptom.exception}; {'; '.join(problems)})"
+    return _record("reproduce", "raised", expected, failure.headline + eager, result, figures)
+
+
+def _reproduce_in_child(cfg: DictConfig, device: str) -> tuple[Failure | None, str | None, dict | None]:
     case = load_case(cfg.name)
     inputs = case.make_inputs(cfg, device)
-    _, failure = _call(case.buggy, inputs, device)
-    if failure is None or device != "cuda":
-        return failure, None
+    output, failure = _call(_compiled(case.buggy, case, cfg), inputs, device)
+    if failure is None:
+        if compile_axis.mode_of(cfg) == "off":
+            return None, None, None
+        want, _ = _call(case.reference, inputs, device)
+        return None, None, compare(output, want, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol)
+    if device != "cuda":
+        return failure, None, None
     # A device-side assert is sticky: an unrelated op in the same process fails too.
     _, after = _call(lambda _: torch.ones(4, device=device).add(1).sum().item(), None, device)
-    return failure, ("failed too: " + after.headline) if after else "ran fine"
+    return failure, ("failed too: " + after.headline) if after else "ran fine", None
 
 
 # -- fix and correct -----------------------------------------------------------------------
@@ -149,23 +196,58 @@ def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     result = run_isolated(_fix_in_child, cfg, settings.device, timeout_s=settings.timeout_s, confined=confinement(cfg, settings))
     if result.status != "returned":
         return _abnormal("fix", result)
-    output, failure, sync_checked = result.value
+    output, failure, sync_checked, compile_figures = result.value
     figures = {"host_sync_checked": sync_checked} if sync_checked else {}
+    figures.update(compile_figures)
     if failure is not None:
         return _record("fix", "raised", False, failure.headline, result, {**figures, "raised_at": failure.where})
     return _record("fix", "passed", True, f"returned {output}", result, figures)
 
 
-def _fix_in_child(cfg: DictConfig, device: str) -> tuple[str | None, Failure | None, bool]:
+def _fix_in_child(cfg: DictConfig, device: str) -> tuple[str | None, Failure | None, bool, dict[str, Any]]:
     case = load_case(cfg.name)
     function = fix_under_test(case, cfg)
     inputs = case.make_inputs(cfg, device)
     check_sync = device == "cuda" and bool(cfg.get("fix_must_not_sync", False))
+    function, compile_figures, failure = _compiled_fix(function, case, cfg, inputs, device)
+    if failure is not None:
+        return None, failure, False, compile_figures
     with _sync_forbidden() if check_sync else contextlib.nullcontext():
         output, failure = _call(function, inputs, device, synchronise=False)
     if failure is None:
         _, failure = _call(lambda _: None, None, device)  # synchronise, so asynchronous errors surface here
-    return (describe(output) if failure is None else None), failure, check_sync
+    return (describe(output) if failure is None else None), failure, check_sync, compile_figures
+
+
+def _compiled_fix(function: Callable, case: ModuleType, cfg: DictConfig, inputs: Any, device: str) -> tuple[Callable, dict[str, Any], Failure | None]:
+    """The fix as the compile mode runs it, compiled and called once (outside any sync check: compiling may sync).
+
+    A fix should compile as one graph (`fullgraph=True`); where it cannot, the graph breaks and their reasons
+    are recorded, and it runs compiled with them."""
+    if compile_axis.mode_of(cfg) == "off" or getattr(case, "compiles_itself", False):
+        return function, {}, None
+    private = submission_of(cfg) is not None
+    whole = compile_axis.compiled(function, cfg, fullgraph=True, private=private)
+    output, failure = _call(lambda x: compile_axis.timed_first_call(whole, x, lambda: synchronize(device)), inputs, device)
+    if failure is None:
+        return whole, {"fullgraph": True, "compile_s": output[1], "graphs": compile_axis.graphs_compiled()}, None
+    if not compile_axis.is_compiler_error(failure.types, failure.modules):
+        return whole, {"fullgraph": True}, failure
+    figures: dict[str, Any] = {"fullgraph": False, "fullgraph_error": failure.headline[:300]}
+    report, explain_failure = _call(lambda x: compile_axis.graph_report(function, x), inputs, device)
+    figures.update(report or {"graph_report_failed": explain_failure.headline[:300]})
+    broken = compile_axis.compiled(function, cfg, private=private)
+    output, failure = _call(lambda x: compile_axis.timed_first_call(broken, x, lambda: synchronize(device)), inputs, device)
+    if failure is None:
+        figures["compile_s"] = output[1]
+    return broken, figures, failure
+
+
+def _compiled(function: Callable, case: ModuleType, cfg: DictConfig) -> Callable:
+    """`function` under the config's compile mode (harness/compiled.py); itself where the case compiles its unit itself."""
+    if getattr(case, "compiles_itself", False):
+        return function
+    return compile_axis.compiled(function, cfg, private=submission_of(cfg) is not None)
 
 
 @contextlib.contextmanager
@@ -199,7 +281,7 @@ def _compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dic
     """
     case = load_case(cfg.name)
     inputs = case.make_inputs(cfg, device)
-    got, failure = _call(_function(case, candidate, cfg), inputs, device)
+    got, failure = _call(_compiled(_function(case, candidate, cfg), case, cfg), inputs, device)
     if failure is not None:
         return None, failure
     partial = candidate.startswith(SLOW_FIX) and hasattr(case, SPEED_CANDIDATE)
@@ -256,6 +338,7 @@ def _timed(
     processes: list[TimedProcess] = []
     checked: list[dict[str, Any]] = []
     held: dict[str, Any] = {}  # what confined children tried or left behind, over every process
+    compiled_figures: dict[str, list] = {}  # per process: compile time of each side (cold or warm cache), graphs compiled while timed
     while True:
         seeds = {"warmup": secrets.randbelow(1 << 31), "timed": secrets.randbelow(1 << 31)} if graded else None
         process_dir = None
@@ -281,7 +364,10 @@ def _timed(
             return _record(phase, "raised", False, failure.headline, result)
         if result.talk is None:
             return _record(phase, "crashed", False, "the timing child stopped answering the parent's requests", result)
-        cpu_threads = value
+        cpu_threads = value["cpu_threads"]
+        for key in ("compile_s", "recompiled_while_timed"):
+            if key in value:
+                compiled_figures.setdefault(key, []).append(value[key])
         processes.append(result.talk)
         for key, said in containment(result).items():
             held[key] = held.get(key, []) + said if isinstance(said, list) else said
@@ -297,6 +383,7 @@ def _timed(
     samples = processes[-1].samples
     figures = {**estimate.figures(), "budget": budget, "calls_per_sample": samples.calls_per_sample, "cpu_threads": cpu_threads}
     figures["retaken_pairs"] = sum(p.samples.retaken for p in processes)
+    figures.update(compiled_figures)
     figures["seconds"] = round(time.monotonic() - started, 2)
     figures.update(clock_figures(processes))
     interval = f"{estimate.ratio:.3f}x [{estimate.ratio_low:.3f}, {estimate.ratio_high:.3f}] ({estimate.level:.0%}, {estimate.samples} pairs in {estimate.processes} processes)"
@@ -319,7 +406,7 @@ def _timed(
 
 def _speed_in_child(
     candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings, seeds: dict[str, int] | None, *, connection
-) -> tuple[int | None, Failure | None]:
+) -> tuple[dict[str, Any] | None, Failure | None]:
     """Serve the parent's timing requests (harness/clock.py): a case's own functions on inputs from the case
     seed; a submitted fix (seeds given) warmed up on inputs from one seed, timed on inputs from another."""
     case = load_case(cfg.name)
@@ -339,11 +426,18 @@ def _speed_in_child(
     candidate_function, baseline_function = _function(case, candidate, cfg), getattr(case, baseline)
     if submission_of(cfg) is not None and candidate == SPEED_CANDIDATE:  # grading: the submitted fix against the model solution
         baseline_function = case.fixed
+    functions = {"candidate": _compiled(candidate_function, case, cfg), "baseline": _compiled(baseline_function, case, cfg)}
+    told: dict[str, Any] = {}
     try:
-        serve(connection, {"candidate": candidate_function, "baseline": baseline_function}, warm_inputs, settings.device, (lambda: make(seeds["timed"])) if seeds else None)
+        if compile_axis.mode_of(cfg) != "off":  # compiled before the clock starts: compile time is reported, never timed
+            told["compile_s"] = {side: compile_axis.timed_first_call(function, warm_inputs, lambda: synchronize(settings.device))[1] for side, function in functions.items()}
+            told["graphs"] = compile_axis.graphs_compiled()
+        serve(connection, functions, warm_inputs, settings.device, (lambda: make(seeds["timed"])) if seeds else None)
     except Exception as error:  # noqa: BLE001
         return None, Failure.from_exception(error)
-    return torch.get_num_threads(), None  # plain data back
+    if "graphs" in told:
+        told["recompiled_while_timed"] = compile_axis.graphs_compiled() - told["graphs"]
+    return {"cpu_threads": torch.get_num_threads(), **told}, None  # plain data back
 
 
 # -- slow fixes: controls that show the speed phase can fail ------------------------------

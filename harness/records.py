@@ -43,6 +43,7 @@ class CaseRecord:
     finished_at: str | None = None  # None while running: a record left like that was cut short
     graded_fix: Submission | None = None  # set when a submitted fix was graded (fix=<file.py>:<function>)
     verdict: str | None = None  # the grade's last line: "accepted: ..." or "rejected by <check>: ..."
+    compile: str = "off"  # torch.compile's backend every phase ran under, or off (eager): harness/compiled.py
 
     @property
     def ok(self) -> bool:

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness import compiled as compile_axis
 from harness import grade
 from harness.cases import case_names, case_text, fork_server_modules, load_case
 from harness.isolate import preload, run_isolated
@@ -30,6 +31,8 @@ class DeviceUnavailable(RuntimeError):
 def validate(cfg: DictConfig) -> None:
     if cfg.device not in DEVICE_CHOICES:
         raise ConfigError(f"device={cfg.device}: choose one of {', '.join(DEVICE_CHOICES)}")
+    if compile_axis.problem(cfg.get("compile")):
+        raise ConfigError(compile_axis.problem(cfg.get("compile")))
     phases = list(cfg.phases)
     if not phases:
         raise ConfigError("phases=[]: name at least one of " + ", ".join(PHASES))
@@ -109,6 +112,11 @@ def preload_cases() -> None:
     preload(fork_server_modules())
 
 
+def record_name(case: str, device: str, mode: str) -> str:
+    """`<case>.<device>.json` eager, `<case>.<device>.<backend>.json` compiled: both can share a folder."""
+    return f"{case}.{device}.json" if mode == "off" else f"{case}.{device}.{mode}.json"
+
+
 def run_case(
     cfg: DictConfig,
     device: str,
@@ -125,18 +133,21 @@ def run_case(
     case = load_case(cfg.case.name)
     submitted = submitted_fix(cfg)
     case_cfg = cfg.case if submitted is None else grade.graded_config(cfg.case, submitted)
+    mode = compile_axis.mode_of(cfg)
+    case_cfg = compile_axis.case_config(case_cfg, mode)
     phase_runner = run_phase if submitted is None else grade.run_phase
     settings = Settings(device=device, timeout_s=float(cfg.timeout_s), speed=speed_settings(cfg), cpu_threads=int(cfg.speed.cpu_threads))
     record = CaseRecord(
         case=cfg.case.name,
         title=case_text(case).title,
         device=device,
+        compile=mode,
         started_at=now(),
         environment=environment,
         config=OmegaConf.to_container(cfg, resolve=True),
         graded_fix=submitted,
     )
-    path = output_dir / f"{cfg.case.name}.{device}.json"
+    path = output_dir / record_name(cfg.case.name, device, mode)
     write_record(record, path)
     sources = grade.project_sources() if submitted is not None else {}
     try:

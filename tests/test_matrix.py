@@ -84,8 +84,8 @@ def test_check_command_exit_status(matrix, tmp_path, capsys):
 
 def test_table_shows_each_version_and_where_behaviour_changed(matrix):
     text = table(load_records(matrix))
-    assert "| case | torch 2.3.1 | torch 2.4.1 | torch 2.13.0 |" in text
-    assert "| `autocast_device` | reproduced, 0.50x, 1/1 bad fixes rejected |" in text
+    assert "| case | compile | torch 2.3.1 | torch 2.4.1 | torch 2.13.0 |" in text
+    assert "| `autocast_device` | eager | reproduced, 0.50x, 1/1 bad fixes rejected |" in text
     assert "- `autocast_device`, torch 2.3.1 -> 2.4.1: reproduced (RuntimeError: x) -> fixed_upstream" in text
 
 

@@ -1,0 +1,143 @@
+"""The compile axis: run a case's functions under `torch.compile` (`compile=inductor|aot_eager`) or eager (`off`).
+
+    python -m harness case=embedding_oob compile=inductor
+    python -m harness -m 'case=glob(*)' compile=off,inductor
+
+The mode travels to the children in the case config (`cfg.compile`); each child compiles the function it
+runs, so nothing compiled ever lives in the fork server. What a user would compile is the case's
+`compiled_unit` (the model step, the loss, the decode); the harness compiles `buggy`, `fixed` and each timed,
+slow or bad fix whole, never `reference`, which stays eager: the answer a compiled function is judged by. A
+case whose unit runs elsewhere (a launcher's ranks) sets `compiles_itself = True` and compiles it there,
+from `cfg.compile`.
+
+Kernels are kept in a cache the harness owns, one folder per torch version (`cache_dir`), so a second run
+reuses them; a graded run uses a private one per child instead, so that a submission can neither read what
+another run left nor leave anything for the next (a poisoned kernel of the baseline would make any fix fast).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+MODES = ("off", "inductor", "aot_eager")  # off: eager; aot_eager: dynamo and AOTAutograd without inductor's kernels
+CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "torch-error-cases" / "inductor"
+# Exceptions of the compiler itself, by the module that defines them (their names moved between releases).
+COMPILER_MODULES = re.compile(r"^torch\.(?:_dynamo|_inductor|_functorch|_subclasses|_higher_order_ops|_export|fx)\b")
+# What a process killed by a native error printed last: the C++ exception from a generated kernel and the like.
+NATIVE_LINES = re.compile(r"terminate called|what\(\):|index out of bounds|Fatal Python error|Assertion .* failed|Aborted|Segmentation fault")
+
+
+def mode_of(cfg: Any) -> str:
+    mode = cfg.get("compile", "off")
+    return "off" if mode is False or mode is None else str(mode)  # YAML 1.1 reads a bare `off` as false
+
+
+def problem(mode: Any) -> str | None:
+    """Why `compile=<mode>` cannot run; None when it can."""
+    if mode is False or mode is None or mode in MODES:
+        return None
+    return f"compile={mode}: choose one of {', '.join(MODES)} (torch.compile's backend; off runs eager)"
+
+
+def case_config(case_cfg: Any, mode: str) -> Any:
+    """The case config the children get: the mode in `compile`, and, compiled, the yaml's `compile_tolerance` (where
+    it sets one: inductor reorders float32 reductions) in place of `tolerance`."""
+    from omegaconf import OmegaConf
+
+    merged = OmegaConf.merge(OmegaConf.to_container(case_cfg, resolve=True), {"compile": mode})
+    if mode != "off" and merged.get("compile_tolerance") is not None:
+        merged.tolerance = merged.compile_tolerance
+    return merged
+
+
+def cache_dir(private: bool) -> Path:
+    """A private folder, or the harness's own for this torch; a folder the user set in TORCHINDUCTOR_CACHE_DIR wins."""
+    import torch
+
+    if private:
+        return Path(tempfile.mkdtemp(prefix="inductor-"))
+    users = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    torch_default = os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")  # torch sets the variable to it once used
+    if users and os.path.abspath(users) != torch_default:
+        return Path(users)
+    return CACHE_ROOT / f"torch-{torch.__version__.split('+')[0]}"
+
+
+def prepare(private: bool) -> str:
+    """In a child, before its first compile: where kernels are cached, one compile worker (no pool of processes
+    on a 2-core machine, nothing left running), eager's random numbers, and the FX graph cache on (torch < 2.5
+    left it off)."""
+    import torch._inductor.config as inductor_config
+
+    folder = cache_dir(private)
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    os.environ["TRITON_CACHE_DIR"] = str(folder / "triton")
+    inductor_config.compile_threads = 1
+    inductor_config.fallback_random = True  # random ops draw as eager does (SNAC's decoder adds noise): the reference stays comparable
+    if hasattr(inductor_config, "fx_graph_cache"):
+        inductor_config.fx_graph_cache = True
+    return str(folder)
+
+
+def compiled(function: Callable, cfg: Any, *, fullgraph: bool = False, private: bool = False) -> Callable:
+    """`function` as the config's compile mode runs it: itself when off, else `torch.compile(function, backend=...)`."""
+    return under(mode_of(cfg), function, fullgraph=fullgraph, private=private)
+
+
+def under(mode: str, function: Callable, *, fullgraph: bool = False, private: bool = False) -> Callable:
+    """`function` (or an nn.Module) compiled with backend `mode`; itself when `mode` is off."""
+    if mode == "off":
+        return function
+    import torch
+
+    prepare(private)
+    return torch.compile(function, backend=mode, fullgraph=fullgraph)
+
+
+def is_compiler_error(types: tuple[str, ...], modules: tuple[str, ...]) -> bool:
+    """Whether an exception came from the compiler (dynamo, AOTAutograd, inductor) rather than from the code compiled."""
+    return any(COMPILER_MODULES.match(module) for module in modules) or any(name in ("BackendCompilerFailed", "Unsupported", "InternalTorchDynamoError") for name in types)
+
+
+def native_message(output: str, limit: int = 6) -> list[str]:
+    """The lines a native abort left in the child's output, verbatim (the C++ message behind a SIGABRT)."""
+    lines = [line.rstrip()[:400] for line in output.splitlines() if NATIVE_LINES.search(line)]
+    return list(dict.fromkeys(lines))[-limit:]  # each once: every thread of a parallel kernel may throw
+
+
+def native_headline(lines: list[str]) -> str:
+    """The line of a native abort that says what broke: the C++ exception's `what():`, else the first one."""
+    telling = [line for line in lines if "what():" in line] or [line for line in lines if "index out of bounds" in line] or lines
+    return re.sub(r"(?:/[^/\s,]+)+/(?:[a-z0-9]{32,}\.)?([^/\s,]+)", r"\1", telling[0].strip()) if telling else "no native message"  # a kernel's path: its file name
+
+
+def graph_report(function: Callable, inputs: Any) -> dict[str, Any]:
+    """Dynamo's account of `function` on `inputs`: graphs, graph breaks and why (torch._dynamo.explain)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(function)(inputs)
+    reasons = [getattr(reason, "reason", str(reason)).strip().splitlines()[0][:300] for reason in explained.break_reasons]
+    return {"graphs": explained.graph_count, "graph_breaks": explained.graph_break_count, "break_reasons": list(dict.fromkeys(reasons))[:8]}
+
+
+def graphs_compiled() -> int:
+    """Graphs dynamo has compiled in this process so far: more than a function's graphs means it recompiled."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def timed_first_call(function: Callable, inputs: Any, synchronize: Callable[[], None]) -> tuple[Any, float]:
+    """Call once and say how long it took: for a compiled function, the compile and one run."""
+    started = time.perf_counter()
+    output = function(inputs)
+    synchronize()
+    return output, round(time.perf_counter() - started, 3)

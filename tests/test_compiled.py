@@ -1,0 +1,99 @@
+"""The compile axis (harness/compiled.py): the option, how compiled failures are classified, the cache, and one
+case run under inductor end to end on CPU (the compiled symptom differs from eager's: that is the point)."""
+
+import json
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from harness import compiled as compile_axis
+from harness.matrix import drifts, load_records, table
+from harness.run import ConfigError, run_case, validate
+from tests.conftest import compose_config
+
+INDUCTOR_ABORT = """\
+terminate called after throwing an instance of 'std::runtime_error'
+terminate called recursively
+  what():  kernel, /root/.cache/torch-error-cases/inductor/torch-2.13.0/qt/cqtj2clxiynftnx4axyieestw6cw27jxuk7i5lsr7hsbu3oarf2w.main.cpp:26, index out of bounds: 0 <= tmp3 < 1583L
+  what():  kernel, /root/.cache/torch-error-cases/inductor/torch-2.13.0/qt/cqtj2clxiynftnx4axyieestw6cw27jxuk7i5lsr7hsbu3oarf2w.main.cpp:26, index out of bounds: 0 <= tmp3 < 1583L
+Fatal Python error: Aborted
+"""
+
+
+@pytest.mark.parametrize("mode", ["off", "inductor", "aot_eager", False])
+def test_the_known_modes_are_accepted(mode):
+    assert compile_axis.problem(mode) is None
+
+
+def test_an_unknown_backend_is_one_clear_line():
+    with pytest.raises(ConfigError, match=r"^compile=tensorrt: choose one of off, inductor, aot_eager"):
+        validate(compose_config("case=embedding_oob", "compile=tensorrt"))
+
+
+def test_the_default_is_eager_even_where_yaml_reads_off_as_false():
+    assert compile_axis.mode_of(compose_config("case=embedding_oob")) == "off"
+    assert compile_axis.mode_of(OmegaConf.create("compile: off")) == "off"  # YAML 1.1: a bare off is false
+
+
+def test_the_native_message_of_an_abort_is_kept_verbatim_once_and_its_headline_names_the_kernel_line():
+    lines = compile_axis.native_message(INDUCTOR_ABORT)
+    assert lines.count(lines[2]) == 1 and "index out of bounds: 0 <= tmp3 < 1583L" in lines[2]
+    assert compile_axis.native_headline(lines) == "what():  kernel, main.cpp:26, index out of bounds: 0 <= tmp3 < 1583L"
+
+
+def test_compiler_errors_are_told_apart_by_module_not_by_name():
+    assert compile_axis.is_compiler_error(("GuardOnDataDependentSymNode", "RuntimeError"), ("torch.fx.experimental.symbolic_shapes", "builtins"))
+    assert compile_axis.is_compiler_error(("Unsupported",), ("torch._dynamo.exc",))
+    assert not compile_axis.is_compiler_error(("IndexError", "LookupError"), ("builtins", "builtins"))
+
+
+def test_compiled_runs_use_the_yaml_compile_tolerance_and_eager_ones_do_not():
+    case_cfg = compose_config("case=class_weight_index").case
+    assert compile_axis.case_config(case_cfg, "inductor").tolerance == case_cfg.compile_tolerance
+    assert compile_axis.case_config(case_cfg, "off").tolerance == case_cfg.tolerance
+    assert compile_axis.case_config(case_cfg, "off").compile == "off"
+
+
+def test_the_cache_is_the_harness_own_per_torch_version_unless_the_user_chose_one(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    assert compile_axis.cache_dir(private=False) == compile_axis.CACHE_ROOT / f"torch-{torch.__version__.split('+')[0]}"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    assert compile_axis.cache_dir(private=False) == tmp_path
+    assert compile_axis.cache_dir(private=True) != tmp_path  # a graded child never shares a cache
+
+
+@pytest.fixture(scope="module")
+def compiled_embedding(environment, tmp_path_factory):
+    cfg = compose_config("case=embedding_oob", "device=cpu", "compile=inductor", "phases=[reproduce,fix,correct,bad_fixes]")
+    return run_case(cfg, "cpu", tmp_path_factory.mktemp("compiled"), environment)
+
+
+def test_the_compiled_lookup_fails_differently_from_eager_and_the_record_says_how(compiled_embedding):
+    record, path = compiled_embedding
+    assert path.name == "embedding_oob.cpu.inductor.json" and json.loads(path.read_text())["compile"] == "inductor"
+    reproduce = record.phases[0]
+    assert reproduce.ok and reproduce.status in ("aborted", "raised", "silent"), reproduce.message
+    assert reproduce.figures["same_as_eager"] is False, reproduce.message  # eager raises IndexError at the lookup
+    if reproduce.status == "aborted":
+        assert reproduce.figures["signal"] == "SIGABRT" and any("index out of bounds" in line for line in reproduce.figures["native_message"])
+
+
+def test_the_fix_compiles_as_one_graph_and_matches_the_eager_reference(compiled_embedding):
+    record, _ = compiled_embedding
+    fix, correct = record.phases[1], record.phases[2]
+    assert fix.status == "passed" and fix.figures["fullgraph"] is True and fix.figures["compile_s"] > 0, fix.message
+    assert correct.status == "passed", correct.message
+    assert all(phase.status == "rejected" for phase in record.phases if phase.phase.startswith("bad_fix:"))
+
+
+def test_the_matrix_keeps_eager_and_compiled_records_apart(tmp_path):
+    for mode, status in (("off", "reproduced"), ("inductor", "aborted")):
+        record = {"case": "embedding_oob", "device": "cpu", "compile": mode, "environment": {"torch": "2.13.0"}, "phases": [{"phase": "reproduce", "status": status, "message": status, "figures": {}}]}
+        (tmp_path / f"embedding_oob.cpu.{mode}.json").write_text(json.dumps(record))
+    records = load_records(tmp_path)
+    expectations = {"embedding_oob": [{"torch": ">=2.3", "devices": ["cpu"], "reproduce": "reproduced"}, {"torch": ">=2.3", "devices": ["cpu"], "compile": ["inductor"], "reproduce": "aborted"}]}
+    assert drifts(records, expectations) == []
+    assert drifts(records, {"embedding_oob": expectations["embedding_oob"][:1]}) == ["embedding_oob torch 2.13.0 cpu inductor: no expectation covers this record (" + str(tmp_path / "embedding_oob.cpu.inductor.json") + ")"]
+    rows = [line for line in table(records).splitlines() if line.startswith("| `embedding_oob`")]
+    assert rows == ["| `embedding_oob` | eager | reproduced |", "| `embedding_oob` | inductor | aborted |"]
