@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.markup import escape
 
+from harness import compiled as compile_axis
 from harness import grade, sweep
 from harness.cases import ROOT, case_names, load_case
 from harness.report import print_progress, print_report
@@ -35,7 +36,7 @@ from harness.run import ConfigError, DeviceUnavailable, probe_environment, resol
 from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, read_token, report_sweep, write_status
 
 EXIT_USAGE, EXIT_NO_DEVICE = 2, 3
-USAGE = "python -m harness case=<name> [device=auto|cpu|cuda] [phases=[...]] [fix=<file.py>:<function> | hint=<n> | exercise=<dir>]"
+USAGE = "python -m harness case=<name> [device=auto|cpu|cuda] [compile=off|inductor|aot_eager] [phases=[...]] [fix=<file.py>:<function> | hint=<n> | exercise=<dir>]"
 
 _worst_exit = EXIT_OK
 _jobs_started = 0
@@ -46,6 +47,12 @@ _environment: dict | None = None
 def _hydra_main(cfg: DictConfig) -> None:
     # Launchers other than the basic one pickle this function by value: keep its body a call by name.
     _run_job(cfg)
+
+
+def _platform(device: str, cfg: DictConfig) -> str:
+    """'cpu', or 'cpu, inductor' where the phases run compiled."""
+    mode = compile_axis.mode_of(cfg)
+    return device if mode == "off" else f"{device}, {mode}"
 
 
 def _run_job(cfg: DictConfig) -> None:
@@ -107,7 +114,7 @@ def _run(cfg: DictConfig, output_dir: Path, console: Console | None = None) -> _
             device,
             output_dir,
             _environment,
-            on_phase=lambda phase, phase_record: print_progress(console, cfg.case.name, device, phase, phase_record),
+            on_phase=lambda phase, phase_record: print_progress(console, cfg.case.name, _platform(device, cfg), phase, phase_record),
         )
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -52,8 +52,10 @@ def print_progress(console: Console, case: str, device: str, phase: str, record:
 
 def print_report(console: Console, record: CaseRecord, path: Path, show_fix: bool = True) -> None:
     """`show_fix=False` leaves the case's fix out (a grade not yet accepted: the solution comes after a pass)."""
-    text = case_text(load_case(record.case))
-    console.rule(f"[bold]{record.case}[/bold] on {record.device}")
+    case = load_case(record.case)
+    text = case_text(case)
+    compiled = "" if record.compile == "off" else f", compiled with {record.compile}"
+    console.rule(f"[bold]{record.case}[/bold] on {record.device}{compiled}")
     console.print(f"[bold]{escape(text.title)}[/bold]")
     console.print(f"[dim]{escape(text.sections['Upstream'])}[/dim]")
     console.print(f"Fidelity: {escape(text.sections['Fidelity'])}\n")
@@ -62,7 +64,11 @@ def print_report(console: Console, record: CaseRecord, path: Path, show_fix: boo
         console.print(escape(text.sections[f"Symptom on {device}"]), highlight=False)
     seen = next((phase for phase in record.phases if phase.phase == "reproduce"), None)
     if seen is not None:
-        console.print(f"[bold]Seen here[/bold] ({record.device}, torch {record.environment.get('torch')}): {escape(seen.message)}", highlight=False)
+        if compiled:
+            console.print(f"[bold]Compiled[/bold]: {escape(case.compiled_unit)}", highlight=False)
+        console.print(f"[bold]Seen here[/bold] ({record.device}, torch {record.environment.get('torch')}{compiled}): {escape(seen.message)}", highlight=False)
+        for line in seen.figures.get("native_message", []):
+            console.print(f"    {escape(line)}", highlight=False)
         for key in ("output_line", "raised_at", "unrelated_op_after_error"):
             if seen.figures.get(key):
                 console.print(f"  {key.replace('_', ' ')}: {escape(str(seen.figures[key]))}", highlight=False)

@@ -51,26 +51,29 @@ class Sources:
     """Everything a case's material is made from, besides the case module itself."""
 
     config: dict[str, Any]
-    records: list[Record]  # this case's records, every device and torch version
+    records: list[Record]  # this case's eager records, every device and torch version
     grading_landed: bool
     any_hints: bool  # whether any case yaml has hints yet
+    compiled: tuple[Record, ...] = ()  # this case's records under torch.compile (harness/compiled.py)
 
 
 def material(names: list[str], records_folder: Path) -> dict[str, str | bytes]:
     """File name under docs/cases -> content, for the given cases and the index."""
-    records = load_records(records_folder) if records_folder.is_dir() else []
+    every = load_records(records_folder) if records_folder.is_dir() else []
+    records = [record for record in every if record.compile == "off"]
     configs = {name: yaml.safe_load((CASE_CONFIG_DIR / f"{name}.yaml").read_text()) for name in case_names()}
     top = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
     landed = all(option in top for option in GRADE_OPTIONS)
     any_hints = any(config.get("hints") for config in configs.values())
     files: dict[str, str | bytes] = {}
     for name in names:
-        sources = Sources(configs[name], [record for record in records if record.case == name], landed, any_hints)
+        compiled = tuple(record for record in every if record.case == name and record.compile != "off")
+        sources = Sources(configs[name], [record for record in records if record.case == name], landed, any_hints, compiled)
         figures = case_figures(name, sources)
         files.update(figures)
         files[f"{name}.md"] = page(name, sources, sorted(figures))
         files[f"{name}.ipynb"] = notebook(name)
-    files["README.md"] = index(case_names(), records)
+    files["README.md"] = index(case_names(), records, [record for record in every if record.compile != "off"])
     return files
 
 
@@ -105,6 +108,7 @@ def page(name: str, sources: Sources, figure_files: list[str]) -> str:
         lines += _seen(device, [record for record in sources.records if record.device == device])
     lines += _code(case)
     lines += _evidence(case, sources.records)
+    lines += _compiled(name, case, sources)
     lines += _figures_section(name, sources, figure_files)
     lines += _try_it(name, sources)
     return "\n".join(lines).rstrip() + "\n"
@@ -198,6 +202,52 @@ def _ok(record: Record, phase: str) -> bool:
 @functools.lru_cache(maxsize=None)
 def _phase_records(path: Path) -> tuple:
     return tuple(load_record(path).phases)
+
+
+# -- under torch.compile ---------------------------------------------------------------------
+
+COMPARED_PHASES = ("reproduce", "fix", "correct", "speed")
+
+
+def _compiled(name: str, case, sources: Sources) -> list[str]:
+    """Eager and compiled side by side, per device and torch version, then the compiled symptoms verbatim."""
+    lines = ["## Under torch.compile", "", f"What a user compiles here: {case.compiled_unit}.", ""]
+    if not sources.compiled:
+        return lines + [f"Not yet run compiled (`python -m harness case={name} compile=inductor`).", ""]
+    for device in DEVICES:
+        for mode in sorted({record.compile for record in sources.compiled if record.device == device}):
+            compiled = {record.torch: record for record in sources.compiled if record.device == device and record.compile == mode}
+            eager = {record.torch: record for record in sources.records if record.device == device}
+            versions = sorted(compiled, key=Version)
+            lines += [f"### {device.upper()}: eager / {mode}", "", "Each cell: eager's status / the compiled one's (**bold**: not what the phase expects).", ""]
+            lines += ["| phase | " + " | ".join(f"torch {v}" for v in versions) + " |", "|---" * (len(versions) + 1) + "|"]
+            for phase in COMPARED_PHASES:
+                cells = [f"{_status_cell(eager[v], phase) if v in eager else 'not run'} / {_status_cell(compiled[v], phase)}" for v in versions]
+                lines.append(f"| `{phase}` | " + " | ".join(cells) + " |")
+            bad = [f"{_rejected(eager.get(v))} / {_rejected(compiled[v])}" for v in versions]
+            lines += ["| bad fixes rejected | " + " | ".join(bad) + " |", ""]
+            lines += [f"The buggy code under {mode}, verbatim from the records:", ""]
+            groups: dict[tuple, list[Record]] = {}
+            for record in _by_version(list(compiled.values())):
+                figures = record.figures.get("reproduce", {})
+                key = (record.statuses.get("reproduce", "not run"), record.messages.get("reproduce", ""), tuple(figures.get("native_message", ())))
+                groups.setdefault(key, []).append(record)
+            for (status, message, native), group in groups.items():
+                lines += [f"**torch {', '.join(record.torch for record in group)}**: {status.replace('_', ' ')}:", "", _fenced(message), ""]
+                if native:
+                    lines += ["What the process printed as it died:", "", _fenced("\n".join(native)), ""]
+            fix = compiled[versions[-1]].figures.get("fix", {})
+            if "fullgraph" in fix:
+                graph = "as one graph (`fullgraph=True`)" if fix["fullgraph"] else f"with {fix.get('graph_breaks', '?')} graph breaks: " + "; ".join(fix.get("break_reasons", []))
+                lines += [f"The fix compiles {graph} on torch {versions[-1]}.", ""]
+    return lines
+
+
+def _rejected(record: Record | None) -> str:
+    if record is None:
+        return "not run"
+    bad = [status for phase, status in record.statuses.items() if phase.startswith("bad_fix:")]
+    return f"{bad.count('rejected')}/{len(bad)}"
 
 
 # -- figures ---------------------------------------------------------------------------------
@@ -329,7 +379,7 @@ def _try_it(name: str, sources: Sources) -> list[str]:
 # -- the index -------------------------------------------------------------------------------
 
 
-def index(names: list[str], records: list[Record]) -> str:
+def index(names: list[str], records: list[Record], compiled: list[Record] = ()) -> str:
     lines = [
         "# The cases, for learners and lecturers",
         "",
@@ -339,16 +389,16 @@ def index(names: list[str], records: list[Record]) -> str:
         "the buggy code against the fix, the evidence and figures, and how to try it) and a notebook to run top to bottom "
         "from a clone (it picks CUDA when present).",
         "",
-        "| case | what goes wrong | CPU: the failure per torch | CUDA | notebook |",
-        "|---|---|---|---|---|",
+        "| case | what goes wrong | CPU: the failure per torch | CPU, compiled (inductor) | CUDA | notebook |",
+        "|---|---|---|---|---|---|",
     ]
     for name in names:
         title = case_text(load_case(name)).title
         cells = []
-        for device in DEVICES:
-            mine = _by_version([record for record in records if record.case == name and record.device == device])
+        for device, source in (("cpu", records), ("cpu", [record for record in compiled if record.compile == "inductor"]), ("cuda", records)):
+            mine = _by_version([record for record in source if record.case == name and record.device == device])
             cells.append(_reproduce_summary(mine) if mine else "not yet run")
-        lines.append(f"| [`{name}`]({name}.md) | {title} | {cells[0]} | {cells[1]} | [{name}.ipynb]({name}.ipynb) |")
+        lines.append(f"| [`{name}`]({name}.md) | {title} | {' | '.join(cells)} | [{name}.ipynb]({name}.ipynb) |")
     lines += ["", "Regenerate with `python -m harness.teach`; `python -m harness.teach --check` (and `tests/test_teach.py`) keeps this folder in sync.", ""]
     return "\n".join(lines)
 

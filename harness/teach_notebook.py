@@ -92,6 +92,19 @@ for name in case.bad_fixes:  # each in a child process: on CUDA a bad fix may tr
     print(f"bad fix {name}: {verdict.status}, {verdict.message[:200]}")
 '''
 
+COMPILED = '''\
+from harness.compiled import case_config
+
+compiled_cfg = case_config(cfg, "inductor")  # the harness hands every phase the mode in the case config
+seen_compiled = reproduce(case, compiled_cfg, settings)  # the buggy code under torch.compile, in a child: it may die natively
+print(f"eager:    {seen.status}: {seen.message}")
+print(f"inductor: {seen_compiled.status}: {seen_compiled.message}")
+for line in seen_compiled.figures.get("native_message", []):
+    print("   ", line)
+ran_compiled = fix(case, compiled_cfg, settings)
+print(f"the fix compiled: {ran_compiled.status}, one graph: {ran_compiled.figures.get('fullgraph')}, compile {ran_compiled.figures.get('compile_s')} s")
+'''
+
 TIMING = '''\
 import torch.utils.benchmark as benchmark
 
@@ -148,6 +161,12 @@ def notebook(name: str) -> str:
         new_code_cell(CHECK),
         new_markdown_cell("## 5. The timing\n\nThe fix against its baseline, a few runs each with `torch.utils.benchmark` (no verdict here)."),
         new_code_cell(TIMING),
+        new_markdown_cell(
+            "## 6. Under torch.compile\n\nMost training code runs compiled, and compiled code fails differently: a generated kernel "
+            f"may abort the process where eager raises, or return garbage. What a user compiles here: {case.compiled_unit}. "
+            "The first run compiles (seconds); the kernels are cached for the next."
+        ),
+        new_code_cell(COMPILED),
     ]
     for index, cell in enumerate(cells):
         cell["id"] = f"{name.replace('_', '-')}-{index}"  # fixed ids: nbformat would draw random ones
