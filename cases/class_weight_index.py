@@ -87,6 +87,7 @@ triage_signs = TriageSigns(needs_context=True, signs=(
     Sign("failure", r"IndexKernel\.cu.*index out of bounds", 0.6, "CUDA's advanced-indexing kernel (IndexKernel.cu) asserted an index out of bounds"),
     Sign("failure", r"index -?\d+ is out of bounds for dimension \d+ with size \d+", 0.6, "the CPU error of advanced indexing past a tensor's size"),
     Sign("failure", r"vectorized gather kernel index out of bounds", 0.45, "CUDA's vectorized gather kernel (indexing in newer torch) asserted an index out of bounds"),
+    Sign("failure", r"index out of bounds: 0 <= \S*tmp<n>", 0.45, "the bounds check of torch.compile's generated code (inductor on CPU or triton) fired; alone it does not say which op"),
     Sign("failure", r"only one element tensors can be converted to Python scalars", 0.45, "mmseg 1.2.0/1.2.1's `torch.tensor([class_weight[cls] for cls in label])` fails this way before it can index"),
     Sign("failure", r"CUDA error: device-side assert triggered|cudaErrorAssert", 0.15, "an asynchronous CUDA error: the indexing kernel's assert surfaces at a later op (mmseg's accuracy)"),
     Sign("context", r"class_weight", 0.5, "class weights in play"),
@@ -94,8 +95,11 @@ triage_signs = TriageSigns(needs_context=True, signs=(
     Sign("context", r"cross_entropy_loss\.py| in (?:weighted_|binary_)?cross_entropy\b|losses/\w+\.py", 0.35, "raised in a cross-entropy loss"),
     Sign("context", r"mmseg\b|mmsegmentation", 0.35, "mmsegmentation in the frames"),
     Sign("context", r"accuracy\.py.*\bin accuracy\b|correct\[:, target != ignore_index\]", 0.3, "surfaced in mmseg's accuracy, the first op to sync after the loss"),
+    Sign("context", r"_fused_\w*?_index_\w*?nll_loss\w*?_stack_", 0.35, "the failing compiled kernel fuses the loss with an index and a stack: the weights gathered per label"),
+    Sign("support", r"tmp<n> < 19L?\b", 0.2, "the bound is 19, Cityscapes' classes (and so also the bound of an NLL target there)"),
     Sign("support", r"ignore_index|avg_non_ignore|seg_pad_val", 0.2, "an ignore label in play"),
     Sign("veto", r"t >= 0 && t < n_classes|Target -?\d+ is out of bounds|ClassNLLCriterion|target_val >= zero && target_val <= one", 0, "a loss target out of range (NLL or binary cross-entropy), not an index into the class weights"),
+    Sign("veto", r"^(?:cpp|triton_\w+?)_fused_(?:_log_softmax_)?nll_loss(?:2d)?_forward_\d+\(", 0, "the compiled kernel that failed holds the NLL loss alone: a target out of range, no index into the class weights"),
     Sign("veto", r"ScatterGatherKernel\.cu|weight tensor should be defined either for all or no classes", 0, "a scatter/gather index or a class-weight vector of the wrong length, not the ignore label indexing the weights"),
 ))
 

@@ -84,7 +84,7 @@ class Verdict:
 
 # Failures that resemble the cases and belong to none of them: named when there is no verdict.
 LOOKALIKES = (
-    Sign("lookalike", r"t >= 0 && t < n_classes|IndexError: Target -?\d+ is out of bounds|ClassNLLCriterion", 1, "an NLL / cross-entropy target out of range (a label >= the number of classes), not an embedding or class-weight lookup"),
+    Sign("lookalike", r"t >= 0 && t < n_classes|IndexError: Target -?\d+ is out of bounds|ClassNLLCriterion|_fused_(?:_log_softmax_)?nll_loss(?:2d)?_forward_\d+\b", 1, "an NLL / cross-entropy target out of range (a label >= the number of classes), not an embedding or class-weight lookup"),
     Sign("lookalike", r"tokenization_\w+\.py|piece id is out of range|out of range integral type conversion attempted|sentencepiece", 1, "an index error in a tokenizer (token ids outside its vocabulary), not an out-of-range lookup in a model"),
     Sign("lookalike", r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|can't allocate memory|exitcode *: *-9\b|[Ss]ignal 9 \(SIGKILL\)", 1, "out of memory (on the GPU, or a process killed by SIGKILL, as the host's OOM killer does)"),
     Sign("lookalike", r"failed \(exitcode: 1\)|exitcode *: *1 \(pid", 1, "a rank that exited with a Python error (exit code 1), not a signal: its own traceback, above the launcher's lines, says why"),
@@ -95,6 +95,9 @@ LOOKALIKES = (
     Sign("lookalike", r"User provided device_type of '\w+', but \w+ is not available|autocast only affects CUDA ops, but CUDA is not available", 1, "autocast's warning that it disabled itself (no CUDA here): a warning, not the device-type error"),
     Sign("lookalike", r"weight tensor should be defined either for all or no classes", 1, "class weights of the wrong length for the loss, not the ignore label indexing them"),
     Sign("lookalike", r"only one element tensors can be converted to Python scalars", 1, "a tensor of several values where Python expected one number (`.item()` on a per-GPU loss, `torch.tensor` of tensors)"),
+    Sign("lookalike", r"index out of bounds: 0 <= \S*tmp<n>", 1, "the bounds check of torch.compile's generated code with nothing saying which op: the kernel's name (`cpp_fused_...`, `triton_..._fused_...`) or the eager run's error names it"),
+    Sign("lookalike", r"terminate called recursively|terminate called after throwing an instance of", 1, "a C++ exception that escaped and aborted the process (under torch.compile on CPU, a bounds check inside a parallel kernel): rerun with OMP_NUM_THREADS=1 to get its message and the kernel's name"),
+    Sign("lookalike", r"Graph break from|Graph break: from user code|hit config\.(?:recompile|cache_size)_limit|FailOnRecompileLimitHit", 1, "a torch.compile warning (a graph break, the recompile limit), not an index error: the failure, if any, is elsewhere in the log"),
     Sign("lookalike", r"device-side assert(ion)? triggered", 1, "a device-side assert whose kernel line is missing: rerun with CUDA_LAUNCH_BLOCKING=1 and paste the lines with `Assertion`"),
 )
 
@@ -115,6 +118,8 @@ _SUBSTITUTIONS = (
     (re.compile(r"\b(line |\.(?:py|cu|cpp|cuh|h)[:(])\d+"), r"\1<n>"),
     (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?"), "<host>"),
     (re.compile(r"(?<=<host>\]):\d+"), ""),
+    (re.compile(r"/c[a-z0-9]{50,}(?=\.)"), "/<inductor-kernel>"),  # torch.compile's cache: torchinductor_<user>/qt/cqtj2c...
+    (re.compile(r"tmp\d+\b"), "tmp<n>"),  # inductor's temporaries in a generated kernel's bounds check: tmp3, tmp12
 )
 
 
