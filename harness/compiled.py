@@ -60,8 +60,8 @@ def cache_dir(private: bool) -> Path:
     """A private folder, or the harness's own for this torch; a folder the user set in TORCHINDUCTOR_CACHE_DIR wins."""
     import torch
 
-    if private:
-        return Path(tempfile.mkdtemp(prefix="inductor-"))
+    if private:  # beneath $TMPDIR, which a confined child may write (tempfile may have cached /tmp before it was set)
+        return Path(tempfile.mkdtemp(prefix="inductor-", dir=os.environ.get("TMPDIR")))
     users = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     torch_default = os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")  # torch sets the variable to it once used
     if users and os.path.abspath(users) != torch_default:
@@ -83,6 +83,8 @@ def prepare(private: bool) -> str:
     inductor_config.fallback_random = True  # random ops draw as eager does (SNAC's decoder adds noise): the reference stays comparable
     if hasattr(inductor_config, "fx_graph_cache"):
         inductor_config.fx_graph_cache = True
+    if private and hasattr(inductor_config, "cpp_cache_precompile_headers"):
+        inductor_config.cpp_cache_precompile_headers = False  # they go to a folder shared by every run, outside the private one
     return str(folder)
 
 

@@ -63,7 +63,7 @@ from harness.cases import REQUIRED_SECTIONS, ROOT, load_case
 from harness.compare import compare, flatten_tensors
 from harness.confine import Limits
 from harness.isolate import run_isolated
-from harness.phases import Settings, _abnormal, _call, _difference, _record, _tolerance, fix_under_test, speed_config
+from harness.phases import Settings, _abnormal, _call, _compiled, _difference, _record, _tolerance, fix_under_test, speed_config
 from harness.phases import run_phase as run_case_phase
 from harness.records import CaseRecord, PhaseRecord
 from harness.cases import global_names, reachable
@@ -190,7 +190,7 @@ def _run_submitted_in_child(cfg: DictConfig, device: str) -> tuple[bytes | str |
     """The only child that runs submitted code: its output and its inputs afterwards, as torch.save bytes."""
     save = torch.save  # bound before the submitted file is imported
     case = load_case(cfg.name)
-    function = fix_under_test(case, cfg)
+    function = _compiled(fix_under_test(case, cfg), case, cfg)  # under the run's compile mode, as every phase
     inputs = case.make_inputs(cfg, device)
     output, failure = _call(function, inputs, device)
     if failure is not None:
