@@ -10,8 +10,9 @@ r"""The regression matrix: the whole harness under one torch release per session
 
 Each session installs `torch==<v>` together with the project (one pip call, so pip keeps that torch),
 checks that the torch it got is <v>, then writes
-    results/matrix/cpu/torch-<v>/<case>/<case>.cpu.json   one harness record per case (the folder is emptied first)
-    results/matrix/cpu/torch-<v>/harness.log              the harness's console output (not committed)
+    results/matrix/cpu/torch-<v>/<case>/<case>.cpu.json   one harness record per case, eager (a mode's records are replaced)
+    results/matrix/cpu/torch-<v>/inductor/<case>/<case>.cpu.inductor.json   the same under torch.compile (COMPILE_MODES)
+    results/matrix/cpu/torch-<v>/harness.log              the harness's console output (not committed; inductor/harness.log)
     results/matrix/cpu/torch-<v>/session.json             the entry (<v>, latest or nightly), install time, venv size,
                                                           run times, exit codes, phases not ok
     results/benchmarks/<machine-id>/NNNN_torch-<v>.json   pytest-benchmark's save (the previous save of <v> is replaced)

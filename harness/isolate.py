@@ -127,6 +127,31 @@ def start_fork_server(modules: list[str]) -> None:
     atexit.register(_kill_fork_server)
 
 
+def _start(child: multiprocessing.process.BaseProcess) -> None:
+    """Start `child`; if the fork server died in a way multiprocessing did not notice (killed by a child while its
+    socket was still held open, or reaped by the subreaper first: the request reads EOF), start a new server once."""
+    try:
+        child.start()
+    except (EOFError, ConnectionError, ChildProcessError):
+        _forget_fork_server()
+        child.start()
+
+
+def _forget_fork_server() -> None:
+    server = multiprocessing.forkserver._forkserver
+    with contextlib.suppress(OSError, TypeError):
+        os.close(server._forkserver_alive_fd)
+    pid = server._forkserver_pid
+    if pid:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    with contextlib.suppress(OSError, TypeError):
+        os.unlink(server._forkserver_address)
+    server._forkserver_alive_fd = server._forkserver_pid = server._forkserver_address = None
+
+
 def _kill_fork_server() -> None:
     pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)  # None once stopped
     if pid is not None:
@@ -166,7 +191,7 @@ def run_isolated(
         since = _ticks_since_boot()
         child = _FORK_SERVER.Process(target=_child_main, args=(function, args, kwargs, paths, work, confined), daemon=False)
         started = time.perf_counter()
-        child.start()
+        _start(child)
         fork_server = _fork_server_pid()  # (re)started by start() if it had died
         deadline = time.monotonic() + timeout_s
         talked = None

@@ -38,8 +38,9 @@ DOC_HEADER = """# The regression matrix
 Generated from the records in `results/matrix` by `python -m harness.matrix table results/matrix > docs/matrix.md`;
 `python -m harness.matrix check results/matrix` compares them with `expectations.yaml`. Each cell: the
 reproduce outcome, the speed ratio of the fix against its baseline, and the bad fixes rejected; fix and
-correct passed unless the cell says otherwise. Records come from `nox -s matrix` (docs/matrix_cost.md for
-its time and disk cost). Torch 2.13.0 is the local CPU wheel; the others are the registry's CUDA builds,
+correct passed unless the cell says otherwise. Each case has a row eager and a row per compile backend
+(`compile=inductor`: harness/compiled.py), side by side. Records come from `nox -s matrix` (docs/matrix_cost.md
+for its time and disk cost). Torch 2.13.0 is the local CPU wheel; the others are the registry's CUDA builds,
 run on the CPU. No GPU records yet.
 
 """

@@ -1,4 +1,6 @@
 import ctypes
+import multiprocessing.forkserver
+import signal
 import gc
 import os
 import subprocess
@@ -140,3 +142,14 @@ def test_children_start_with_each_cases_preload_done_and_the_preloaded_objects_f
     frozen, preloaded = result.value
     assert frozen > 100_000  # torch alone: a child's full collection never scans these
     assert preloaded == ["torch._dynamo", "mmseg.models.losses.cross_entropy_loss"]  # multigpu_segfault's, class_weight_index's
+
+
+def test_a_fork_server_killed_and_reaped_behind_multiprocessings_back_is_replaced():
+    # A child may kill the fork server, and the harness (a subreaper) may reap it before multiprocessing looks:
+    # its next start then fails inside multiprocessing (ChildProcessError, or EOF on a socket still held open).
+    run_isolated(os.getpid, timeout_s=60)
+    server = multiprocessing.forkserver._forkserver._forkserver_pid
+    os.kill(server, signal.SIGKILL)
+    os.waitpid(server, 0)
+    result = run_isolated(os.getppid, timeout_s=60)
+    assert result.status == "returned" and result.value not in (server, os.getpid()), result.summary

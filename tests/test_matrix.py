@@ -183,7 +183,8 @@ def test_each_entry_lists_exactly_the_committed_versions_it_was_established_on()
     for case, entries in expectations.items():
         for entry in entries:
             specifier = SpecifierSet(entry["torch"])
-            matching = {r.torch for r in load_records(COMMITTED) if r.case == case and r.device in entry["devices"] and r.torch in specifier}
+            modes = entry.get("compile", ["off"])
+            matching = {r.torch for r in load_records(COMMITTED) if r.case == case and r.device in entry["devices"] and r.compile in modes and r.torch in specifier}
             assert sorted(entry["established"], key=Version) == sorted(matching, key=Version), f"{case} {entry['torch']}"
 
 
