@@ -268,7 +268,14 @@ def _disk_usage(path: Path) -> int:
 
 
 def _write_cost(out: Path, cost: dict) -> None:
-    (out / "session.json").write_text(json.dumps(cost, indent=2) + "\n")
+    """session.json; a run of fewer modes (MATRIX_COMPILE) keeps what an earlier run said of the others."""
+    path = out / "session.json"
+    earlier = json.loads(path.read_text()) if path.is_file() else {}
+    if set(COMPILE_MODES) != {"off", "inductor"} and earlier:
+        ran = set(COMPILE_MODES)
+        kept = [miss for miss in earlier.get("not_ok", []) if miss.get("compile", "off") not in ran]
+        cost = {**earlier, **cost, "not_ok": kept + cost.get("not_ok", [])}
+    path.write_text(json.dumps(cost, indent=2) + "\n")
 
 
 # autocast_device's upstream tier: the real speechbrain Brain, per release, with a torch it imports

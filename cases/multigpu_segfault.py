@@ -173,6 +173,7 @@ def make_inputs(cfg, device):
     if sizes.batch % sizes.ranks or not 0 <= cfg.fault_rank < sizes.ranks or not 0 <= cfg.fault_step < sizes.steps:
         got = f"{dict(sizes)}, fault_rank={cfg.fault_rank}, fault_step={cfg.fault_step}"
         raise ValueError(f"need batch % ranks == 0, 0 <= fault_rank < ranks, 0 <= fault_step < steps; got {got}")
+    compiled = compile_axis.mode_of(cfg)
     generator = torch.Generator().manual_seed(cfg.seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
@@ -190,10 +191,10 @@ def make_inputs(cfg, device):
         fault=cfg.fault,
         fault_rank=cfg.fault_rank,
         fault_step=cfg.fault_step,
-        pg_timeout_s=float(cfg.pg_timeout_s),
+        pg_timeout_s=float(cfg.pg_timeout_s if compiled == "off" else cfg.compiled_pg_timeout_s),
         max_restarts=0,
-        deadline_s=float(cfg.deadline_s),
-        compile=compile_axis.mode_of(cfg),
+        deadline_s=float(cfg.deadline_s if compiled == "off" else cfg.compiled_deadline_s),
+        compile=compiled,
     )
 
 
