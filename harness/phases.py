@@ -134,6 +134,9 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
     return _record("reproduce", "reproduced", True, failure.headline, result, figures)
 
 
+FAILURE_REPRODUCED = frozenset({"reproduced", "raised", "aborted", "silent"})  # eager's status, then the compiled outcomes
+
+
 def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
     """The buggy code compiled: how it failed, which may not be how it fails eager.
 
