@@ -104,9 +104,11 @@ def case_names() -> list[str]:
     return sorted(path.stem for path in CASES_DIR.glob("*.py") if not path.name.startswith("_"))
 
 
-def fork_server_modules() -> list[str]:
-    """What the fork server imports before its first child: the phases, every case, then each case's `preload`."""
-    return ["harness.phases", *(f"cases.{name}" for name in case_names()), "harness.preload"]
+def fork_server_modules(compiling: bool = False) -> list[str]:
+    """What the fork server imports before its first child: the phases, every case, for a run that compiles the
+    compiler (`harness.preload_compiler`), then each case's `preload`."""
+    compiler = ["harness.preload_compiler"] if compiling else []
+    return ["harness.phases", *(f"cases.{name}" for name in case_names()), *compiler, "harness.preload"]
 
 
 def config_names() -> list[str]:

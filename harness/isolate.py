@@ -113,9 +113,14 @@ _DEFAULT_PRELOAD = ["__main__", "torch"]  # __main__: children resolve functions
 _FORK_SERVER.set_forkserver_preload(_DEFAULT_PRELOAD)
 
 
+_preloaded = list(_DEFAULT_PRELOAD)
+
+
 def preload(modules: list[str]) -> None:
-    """Modules the fork server imports once, before its first child (no effect once it runs)."""
-    _FORK_SERVER.set_forkserver_preload([*_DEFAULT_PRELOAD, *modules])
+    """Modules the fork server imports once, before its first child (no effect once it runs), added to those asked
+    for before: a server started again (a child killed the last one) imports all of them."""
+    _preloaded[:] = dict.fromkeys([*_preloaded, *modules])
+    _FORK_SERVER.set_forkserver_preload(list(_preloaded))
 
 
 def start_fork_server(modules: list[str]) -> None:

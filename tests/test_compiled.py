@@ -97,3 +97,55 @@ def test_the_matrix_keeps_eager_and_compiled_records_apart(tmp_path):
     assert drifts(records, {"embedding_oob": expectations["embedding_oob"][:1]}) == ["embedding_oob torch 2.13.0 cpu inductor: no expectation covers this record (" + str(tmp_path / "embedding_oob.cpu.inductor.json") + ")"]
     rows = [line for line in table(records).splitlines() if line.startswith("| `embedding_oob`")]
     assert rows == ["| `embedding_oob` | eager | reproduced |", "| `embedding_oob` | inductor | aborted |"]
+
+
+@pytest.mark.parametrize(
+    "arguments, compiles",
+    [
+        (["case=embedding_oob", "compile=inductor"], True),
+        (["-m", "case=glob(*)", "compile=off,inductor", "device=cpu"], True),
+        (["case=embedding_oob", "compile=aot_eager"], True),
+        (["case=embedding_oob", "compile=off"], False),
+        (["case=embedding_oob"], False),
+        (["case=embedding_oob", "fix=compile=inductor.py:fix"], False),
+    ],
+)
+def test_a_command_line_that_compiles_is_told_from_one_that_does_not(arguments, compiles):
+    assert compile_axis.requested(arguments) is compiles
+
+
+FORK_SERVER_OF_A_COMPILED_RUN = """
+import sys
+from harness.cases import fork_server_modules
+from harness.isolate import run_isolated, start_fork_server
+
+def state():
+    import torch._dynamo.utils
+    isa = sys.modules.get("torch._inductor.cpu_vec_isa") or sys.modules.get("torch._inductor.codecache")
+    return (
+        [name for name in ("torch._inductor.compile_fx", "torch._inductor.lowering") if name in sys.modules],
+        isa.valid_vec_isa_list.cache_info().currsize if isa else 0,
+        dict(torch._dynamo.utils.counters["stats"]),
+    )
+
+if __name__ == "__main__":
+    start_fork_server(fork_server_modules(compiling=sys.argv[1] == "compiled"))
+    print(repr(run_isolated(state, timeout_s=120).value))
+"""
+
+
+@pytest.mark.parametrize("run", ["compiled", "eager"])
+def test_the_fork_server_of_a_compiled_run_holds_the_compiler_imported_and_probed_but_nothing_compiled(run, tmp_path):
+    import ast
+    import subprocess
+    import sys
+
+    script = tmp_path / "server.py"
+    script.write_text(FORK_SERVER_OF_A_COMPILED_RUN)
+    done = subprocess.run([sys.executable, str(script), run], capture_output=True, text=True, timeout=300, cwd=compile_axis.Path(__file__).parents[1])
+    modules, probed, stats = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    if run == "compiled":
+        assert (modules, probed > 0) == (["torch._inductor.compile_fx", "torch._inductor.lowering"], True), done.stderr[-2000:]
+    else:
+        assert (modules, probed) == ([], 0), done.stderr[-2000:]
+    assert not stats.get("unique_graphs"), stats  # the children compile; the fork server never does
