@@ -21,6 +21,7 @@ import getpass
 import os
 import re
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -83,9 +84,22 @@ def prepare(private: bool) -> str:
     inductor_config.fallback_random = True  # random ops draw as eager does (SNAC's decoder adds noise): the reference stays comparable
     if hasattr(inductor_config, "fx_graph_cache"):
         inductor_config.fx_graph_cache = True
+    quiet_progress_bar_lock()
     if private and hasattr(inductor_config, "cpp_cache_precompile_headers"):
         inductor_config.cpp_cache_precompile_headers = False  # they go to a folder shared by every run, outside the private one
     return str(folder)
+
+
+def quiet_progress_bar_lock() -> None:
+    """tqdm's lock for a thread's lock. Inductor makes a progress bar, and tqdm's first bar in a process makes a
+    multiprocessing lock, a semaphore the resource tracker holds for the child; a child ends with `os._exit`, so
+    each one left a semaphore that the tracker reported at the harness's exit ("There appear to be 35 leaked
+    semaphore objects", one sweep of both modes)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return
+    tqdm.set_lock(threading.RLock())
 
 
 def compiled(function: Callable, cfg: Any, *, fullgraph: bool = False, private: bool = False) -> Callable:

@@ -149,3 +149,15 @@ def test_the_fork_server_of_a_compiled_run_holds_the_compiler_imported_and_probe
     else:
         assert (modules, probed) == ([], 0), done.stderr[-2000:]
     assert not stats.get("unique_graphs"), stats  # the children compile; the fork server never does
+
+
+def test_a_compiled_run_leaves_no_semaphore_for_the_resource_tracker_to_report(tmp_path):
+    # Inductor's progress bar made tqdm create a multiprocessing lock in every compiled child, which ends with
+    # os._exit: the harness's exit printed "There appear to be N leaked semaphore objects to clean up at shutdown".
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "harness", "case=autocast_device", "compile=inductor", "device=cpu", "phases=[fix]", f"hydra.run.dir={tmp_path}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=compile_axis.Path(__file__).parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "leaked semaphore" not in done.stderr, done.stderr[-2000:]
