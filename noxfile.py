@@ -256,7 +256,7 @@ def _phases_not_ok(out: Path, mode: str = "off") -> list[dict]:
 
 def _source_digest() -> str:
     digest = hashlib.sha256()
-    harness = [path for path in ROOT.glob("harness/*.py") if path.name != "matrix.py"]  # matrix.py only reads records
+    harness = [path for path in ROOT.glob("harness/**/*.py") if path.name != "matrix.py"]  # matrix.py only reads records
     for path in sorted([*harness, *ROOT.glob("cases/*.py"), *ROOT.glob("conf/**/*.yaml"), ROOT / "pyproject.toml"]):
         digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]

@@ -1,4 +1,4 @@
-"""The teaching pages, notebooks and figures (harness/teach.py): in sync with the cases and records, complete, runnable."""
+"""The teaching pages, notebooks and figures (harness/teach/): in sync with the cases and records, complete, runnable."""
 
 import io
 import json

@@ -1,6 +1,6 @@
 """A case's notebook: set up, watch the failure, read the error, apply the fix, check it, time it.
 
-Generated from the case module (harness/teach.py writes it to docs/cases/<name>.ipynb) and
+Generated from the case module (harness.teach writes it to docs/cases/<name>.ipynb) and
 committed without outputs, with fixed cell ids, so the same case always gives the same file.
 The notebook calls the case's own functions and the harness's own phases: it picks CUDA when
 present, and runs the case code in child processes, as the harness does: on CUDA the buggy code
@@ -13,7 +13,7 @@ from __future__ import annotations
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from harness.case_source import buggy_to_fixed_diff, section_markdown, source_of, functions_used
+from harness.teach.source import buggy_to_fixed_diff, section_markdown, source_of, functions_used
 from harness.cases import case_text, load_case
 
 KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}

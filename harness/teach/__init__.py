@@ -6,7 +6,7 @@
 Inputs: the case module (docstring, buggy, fixed, reference, bad_fixes), conf/case/<name>.yaml, and the
 result records under results/matrix (read with harness.matrix.load_records). Pages and notebooks must
 match byte for byte; a figure must have the same pixels when the same matplotlib drew it, else the same
-size (harness/teach_figures.py says why), and its data is printed in the page as a table.
+size (harness/teach/figures.py says why), and its data is printed in the page as a table.
 
 Exit status: 0 written, or in sync; 1 out of sync (--check); 2 bad arguments (an unknown case, no records).
 """
@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from packaging.version import Version
 
-from harness.case_source import (
+from harness.teach.source import (
     bad_fix_source,
     buggy_to_fixed_diff,
     functions_used,
@@ -35,8 +35,8 @@ from harness.case_source import (
 from harness.cases import CASE_CONFIG_DIR, DEVICES, ROOT, case_names, case_text, load_case
 from harness.matrix import Record, load_records
 from harness.records import load_record
-from harness.teach_figures import BadFixError, SpeedPoint, bad_fix_figure, same_figure, speed_figure
-from harness.teach_notebook import notebook
+from harness.teach.figures import BadFixError, SpeedPoint, bad_fix_figure, same_figure, speed_figure
+from harness.teach.notebook import notebook
 
 DOCS = ROOT / "docs" / "cases"
 RECORDS = ROOT / "results" / "matrix"
@@ -512,7 +512,3 @@ def main(argv: list[str] | None = None) -> int:
     written = write(files, out, every_case=every_case)
     print(f"{len(files)} files in {out}, {len(written)} written" + (": " + ", ".join(written) if written else ""))
     return EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """A case's code and story as a learner reads them: functions with their helpers, the buggy -> fixed diff, markdown text.
 
-Used by the teaching pages and notebooks (harness/teach.py, harness/teach_notebook.py).
+Used by the teaching pages and notebooks (harness/teach/__init__.py and notebook.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,5 @@
+import sys
+
+from harness.teach import main
+
+sys.exit(main())
