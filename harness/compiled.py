@@ -64,21 +64,29 @@ def cache_dir(private: bool) -> Path:
     if private:  # beneath $TMPDIR, which a confined child may write (tempfile may have cached /tmp before it was set)
         return Path(tempfile.mkdtemp(prefix="inductor-", dir=os.environ.get("TMPDIR")))
     users = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    torch_default = os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")  # torch sets the variable to it once used
-    if users and os.path.abspath(users) != torch_default:
+    # torch sets the variable to its default once used, `<tmp>/torchinductor_<user>`, and <tmp> differs where a child's TMPDIR does
+    torch_default = f"torchinductor_{getpass.getuser()}"
+    if users and os.path.basename(os.path.abspath(users)) != torch_default:
         return Path(users)
     return CACHE_ROOT / f"torch-{torch.__version__.split('+')[0]}"
 
 
+PRIVATE_KERNELS = "HARNESS_PRIVATE_KERNELS"  # "1" in a graded child: the processes it starts (a launcher's ranks) compile privately too
+
+
 def prepare(private: bool) -> str:
-    """In a child, before its first compile: where kernels are cached, one compile worker (no pool of processes
+    """In a child, before its first compile (private: a graded one, and every process it starts): where kernels are cached, one compile worker (no pool of processes
     on a 2-core machine, nothing left running), eager's random numbers, and the FX graph cache on (torch < 2.5
     left it off)."""
     import torch._inductor.config as inductor_config
 
-    folder = cache_dir(private)
+    inherited = os.environ.get(PRIVATE_KERNELS) == "1" and os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    private = private or bool(inherited)
+    folder = Path(inherited) if inherited else cache_dir(private)  # a graded child's ranks share its private folder
     folder.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    if private:
+        os.environ[PRIVATE_KERNELS] = "1"
     os.environ["TRITON_CACHE_DIR"] = str(folder / "triton")
     inductor_config.compile_threads = 1
     inductor_config.fallback_random = True  # random ops draw as eager does (SNAC's decoder adds noise): the reference stays comparable

@@ -228,7 +228,7 @@ def _compiled_fix(function: Callable, case: ModuleType, cfg: DictConfig, inputs:
     A fix should compile as one graph (`fullgraph=True`); where it cannot, the graph breaks and their reasons
     are recorded, and it runs compiled with them."""
     if compile_axis.mode_of(cfg) == "off" or getattr(case, "compiles_itself", False):
-        return function, {}, None
+        return _compiled(function, case, cfg), {}, None
     private = submission_of(cfg) is not None
     whole = compile_axis.compiled(function, cfg, fullgraph=True, private=private)
     output, failure = _call(lambda x: compile_axis.timed_first_call(whole, x, lambda: synchronize(device)), inputs, device)
@@ -248,9 +248,12 @@ def _compiled_fix(function: Callable, case: ModuleType, cfg: DictConfig, inputs:
 
 def _compiled(function: Callable, case: ModuleType, cfg: DictConfig) -> Callable:
     """`function` under the config's compile mode (harness/compiled.py); itself where the case compiles its unit itself."""
+    private = submission_of(cfg) is not None
     if getattr(case, "compiles_itself", False):
+        if private and compile_axis.mode_of(cfg) != "off":
+            compile_axis.prepare(private=True)  # the processes it starts compile beneath this child's scratch folder
         return function
-    return compile_axis.compiled(function, cfg, private=submission_of(cfg) is not None)
+    return compile_axis.compiled(function, cfg, private=private)
 
 
 @contextlib.contextmanager

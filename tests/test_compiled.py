@@ -161,3 +161,23 @@ def test_a_compiled_run_leaves_no_semaphore_for_the_resource_tracker_to_report(t
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=compile_axis.Path(__file__).parents[1])
     assert done.returncode == 0, done.stderr[-2000:]
     assert "leaked semaphore" not in done.stderr, done.stderr[-2000:]
+
+
+def test_torch_s_default_folder_is_not_taken_for_the_user_s_choice_wherever_tmp_is(monkeypatch, tmp_path):
+    # A graded child's TMPDIR is its scratch folder: torch's default, set under /tmp by an earlier process, must
+    # still read as torch's default there (a launcher's ranks wrote /tmp/torchinductor_<user> and were refused).
+    import getpass
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", f"/tmp/torchinductor_{getpass.getuser()}")
+    assert compile_axis.cache_dir(private=False) == compile_axis.CACHE_ROOT / f"torch-{torch.__version__.split('+')[0]}"
+
+
+def test_the_ranks_a_graded_child_starts_compile_in_its_private_folder(tmp_path):
+    from harness.isolate import run_isolated
+    from tests.compiled_children import prepared_in_a_rank_of_a_graded_child
+
+    result = run_isolated(prepared_in_a_rank_of_a_graded_child, str(tmp_path), timeout_s=120)
+    assert result.status == "returned", result.output[-3000:]
+    graded, rank, headers = result.value
+    assert graded == rank and graded.startswith(str(tmp_path)) and headers is False, result.summary

@@ -315,3 +315,11 @@ def test_hint_and_exercise_from_the_command_line(tmp_path):
     run = harness("case=codebook_oob", f"exercise={tmp_path}/ex", tmp_path=tmp_path)
     assert run.returncode == 0 and (tmp_path / "ex" / "fix_codebook_oob.py").exists()
     assert f"fix={tmp_path}/ex/fix_codebook_oob.py:fix" in run.stdout
+
+
+def test_a_correct_fix_whose_ranks_compile_is_accepted_under_inductor(tmp_path, environment):
+    # multigpu_segfault's ranks compile their DDP model themselves: in a graded run they must compile beneath the
+    # graded child's scratch folder (they wrote /tmp/torchinductor_<user>, refused, and a correct fix was rejected).
+    verdict, record, _, _ = graded(tmp_path, environment, "multigpu_segfault", "alternatives.py", "multigpu_segfault", ["fix"], "compile=inductor")
+    assert verdict.accepted, verdict.line
+    assert phase(record, "integrity").status == "passed"
