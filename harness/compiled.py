@@ -17,6 +17,7 @@ another run left nor leave anything for the next (a poisoned kernel of the basel
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import re
@@ -155,20 +156,15 @@ def preload_compiler() -> None:
 
     inductor_config.compile_threads = 1  # before the imports: no pool of compile workers, here or in a child
     for name in COMPILER_IMPORTS:
-        try:
+        with contextlib.suppress(Exception):  # moved or missing in this release
             importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - moved or missing in this release
-            continue
     before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir(private=False))  # where the probe builds its test library
     try:
         for name in ("torch._inductor.cpu_vec_isa", "torch._inductor.codecache"):  # the probe moved in torch 2.5
-            module = importlib.import_module(name)
-            if hasattr(module, "pick_vec_isa"):
-                module.pick_vec_isa()  # fills the cache of valid_vec_isa_list, which the children inherit
+            with contextlib.suppress(Exception):
+                importlib.import_module(name).pick_vec_isa()  # fills valid_vec_isa_list's cache, which the children inherit
                 break
-    except Exception:  # noqa: BLE001
-        pass
     finally:
         if before is None:
             os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)

@@ -168,7 +168,10 @@ def test_torch_s_default_folder_is_not_taken_for_the_user_s_choice_wherever_tmp_
     # still read as torch's default there (a launcher's ranks wrote /tmp/torchinductor_<user> and were refused).
     import getpass
 
+    import tempfile
+
     monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # tempfile keeps the folder it found first
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", f"/tmp/torchinductor_{getpass.getuser()}")
     assert compile_axis.cache_dir(private=False) == compile_axis.CACHE_ROOT / f"torch-{torch.__version__.split('+')[0]}"
 
