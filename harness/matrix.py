@@ -28,6 +28,8 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from harness.triage import normalise
+
 EXPECTATIONS = Path(__file__).resolve().parent.parent / "expectations.yaml"
 EVERY_BAD_FIX = "bad_fix:*"  # an expectation key ending in ":*" covers every phase with that prefix (bad_fix:*, slow_fix:*)
 UNDECIDED = "inconclusive"  # a speed verdict whose interval straddles the budget: never a pass, listed apart
@@ -188,7 +190,7 @@ def table(records: list[Record]) -> str:
             lines.append(f"| `{case}` | {'eager' if mode == 'off' else mode} | " + " | ".join(row) + " |")
         inconclusive = undecided(device_records)
         lines += ["", f"Speed verdicts inconclusive (ok, not a pass): {len(inconclusive)} of {len(device_records)} records."]
-        lines += ["", "Where behaviour changed between adjacent versions:", ""]
+        lines += ["", "Where behaviour changed between adjacent versions (the outcome, or the failure's text beyond generated names and locations):", ""]
         changes = _changes(device_records, versions)
         lines += changes or ["- nowhere: every case behaves the same on every version"]
         lines.append("")
@@ -224,8 +226,8 @@ def _changes(records: list[Record], versions: list[str]) -> list[str]:
         present = [v for v in versions if v in by_version]
         compiled = "" if mode == "off" else f" under {mode}"
         for older, newer in zip(present, present[1:]):
-            before, after = _behaviour(by_version[older]), _behaviour(by_version[newer])
-            if before != after:
+            if _behaviour_key(by_version[older]) != _behaviour_key(by_version[newer]):
+                before, after = _behaviour(by_version[older]), _behaviour(by_version[newer])
                 lines.append(f"- `{case}`{compiled}, torch {older} -> {newer}: {before} -> {after}")
     return lines
 
@@ -234,6 +236,33 @@ def _behaviour(record: Record) -> str:
     status = record.statuses.get("reproduce", "-")
     error = _symptom_text(record)
     return f"{status} ({error})" if error else status
+
+
+# What a build generates rather than what broke, folded before two symptoms are compared (on top of triage's cleaning:
+# paths, pids, addresses, line numbers, inductor's tmpN): the generated kernel's location that newer inductor prints
+# before its bounds check, and a fragment of faulthandler's `File "...", line N` that another thread wrote into the
+# middle of the C++ abort's line.
+_GENERATED = (
+    re.compile(r"\bkernel, [\w.<>-]+\.(?:cpp|py|c):<n>, "),
+    re.compile(r'\bFile "[^"]*"(?:, line(?: <n>)?)?'),
+    re.compile(r"(?<=what\(\):)\s*, line\b(?: <n>)?"),
+)
+
+
+def folded(text: str | None) -> str | None:
+    """A symptom's text with generated names and locations folded: two texts equal after folding are the same failure."""
+    if text is None:
+        return None
+    lines = []
+    for line in normalise(text):
+        for pattern in _GENERATED:
+            line = pattern.sub(" ", line)
+        lines.append(" ".join(line.split()))
+    return "\n".join(lines).strip()
+
+
+def _behaviour_key(record: Record) -> tuple[str, str | None]:
+    return record.statuses.get("reproduce", "-"), folded(_symptom_text(record))
 
 
 def _symptom_text(record: Record) -> str | None:
@@ -286,9 +315,8 @@ def _record_changes(before: Record, after: Record, threshold: float) -> list[str
         if was != now:
             lines.append(f"- `{phase}`: {was} -> {now}" + (f": {_code(after.messages[phase])}" if phase in after.messages else ""))
         if phase == "reproduce":
-            was_error, now_error = _symptom(before), _symptom(after)
-            if was_error != now_error:
-                lines += ["- symptom text:", f"  - before: {was_error}", f"  - after: {now_error}"]
+            if folded(_symptom_text(before)) != folded(_symptom_text(after)):
+                lines += ["- symptom text:", f"  - before: {_symptom(before)}", f"  - after: {_symptom(after)}"]
     speed_change = _speed_change(before.figures.get("speed", {}), after.figures.get("speed", {}), threshold)
     if speed_change:
         lines.append(f"- speed: {speed_change} (status {before.statuses.get('speed', 'not run')} -> {after.statuses.get('speed', 'not run')})")

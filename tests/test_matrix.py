@@ -310,3 +310,37 @@ def test_workflow_runs_every_pinned_version_and_latest_and_a_nightly_that_cannot
     assert "python -m harness.matrix changes" in steps["Change reports"]["run"]
     assert steps["Open or update the issue"]["if"] == "github.event_name == 'schedule' && steps.changes.outputs.changed == 'true'"
     assert jobs["check"]["steps"][-1]["name"] == "Check (the gate)"
+
+
+def _compiled_abort(folder, torch, what, status="aborted"):
+    """A compiled record whose reproduce died natively (or raised) with inductor's bounds check."""
+    reproduce = {"phase": "reproduce", "status": status, "message": f"SIGABRT under inductor: {what}" if status == "aborted" else what, "figures": {"error": None if status == "aborted" else what, "native_message": ["terminate called after throwing an instance of 'c10::Error'", f"  {what}"] if status == "aborted" else None}}
+    record = {"case": "embedding_oob", "device": "cpu", "compile": "inductor", "environment": {"torch": torch}, "phases": [reproduce]}
+    path = folder / f"torch-{torch}" / "inductor" / "embedding_oob.cpu.inductor.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize(("older", "newer", "changed"), [
+    ("what():  index out of bounds: 0 <= tmp4 < 1583L", "what():  index out of bounds: 0 <= tmp8 < 1583L", False),  # a renamed temporary
+    ("what():  kernel, main.cpp:29, index out of bounds: 0 <= tmp8 < 1583L", "what():  kernel, main.cpp:26, index out of bounds: 0 <= tmp3 < 1583L", False),
+    ("what():  index out of bounds: 0 <= tmp8 < 1583L", "what():  kernel, main.cpp:29, index out of bounds: 0 <= tmp8 < 1583L", False),  # the generated kernel's location, printed from torch 2.9
+    ('File "threading.py"  what():  , line index out of bounds: 0 <= tmp8 < 1583L', "what():  index out of bounds: 0 <= tmp4 < 1583L", False),  # faulthandler's line written into the middle
+    ("what():  index out of bounds: 0 <= tmp8 < 1583L", "what():  index out of bounds: 0 <= tmp8 < 4096L", True),  # another bound: another table
+    ("what():  index out of bounds: 0 <= tmp8 < 1583L", "what():  unsupported dtype Long", True),
+])
+def test_generated_names_and_locations_are_no_change_in_the_table_or_the_report(tmp_path, capsys, older, newer, changed):
+    _compiled_abort(tmp_path / "old", "2.9.1", older)
+    _compiled_abort(tmp_path / "new", "2.11.0", newer)
+    shutil.copytree(tmp_path / "new" / "torch-2.11.0", tmp_path / "old" / "torch-2.11.0")
+    listed = table(load_records(tmp_path / "old")).split("Where behaviour changed between adjacent versions")[1]
+    assert ("- `embedding_oob` under inductor, torch 2.9.1 -> 2.11.0" in listed) == changed, listed
+    code, out = _changes(tmp_path / "old" / "torch-2.9.1", tmp_path / "new", capsys)
+    assert (code, "symptom text" in out) == ((1, True) if changed else (0, False)), out
+
+
+def test_a_new_outcome_with_the_same_text_is_a_change(tmp_path, capsys):
+    _compiled_abort(tmp_path / "old", "2.4.1", "index out of bounds: 0 <= tmp7 < 4096L")
+    _compiled_abort(tmp_path / "new", "2.6.0", "RuntimeError: index out of bounds: 0 <= tmp7 < 4096L", status="raised")
+    code, out = _changes(tmp_path / "old", tmp_path / "new", capsys)
+    assert code == 1 and "- `reproduce`: aborted -> raised" in out, out
