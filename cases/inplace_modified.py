@@ -48,7 +48,16 @@ Fix: the maintainer's (commit f52e199): take G's step first, through D as it was
     G_loss's too, whose fake term cancels D_loss's), and downgrading torch below 1.5, which cannot be a
     function: `downgrade_to_torch_1_4` replays what 1.4 computed (Adam writing `p.data`), silently
     wrong. Anomaly detection, which the error's hint suggests, left on in training is correct but slow
-    (a slow control).
+    (a slow control). A `.clone()` of D's weights for G's pass (torch.func.functional_call) is correct and
+    costs next to nothing at these sizes (0.99-1.23x of the baseline, one noisy process each), so it is
+    neither a bad fix nor a slow control.
+
+Compiled: `torch.compile(G)` and `torch.compile(D)` (compiles_itself). The compiled D saves its first
+    weight rather than the last one's transpose, so the message names [torch.FloatTensor [128, 15]] with no
+    "which is output 0 of" (torch 2.13.0). With inductor's donated buffers on (its default from torch 2.6),
+    the thread's `D_loss.backward(retain_graph=True)` through a compiled D raises first: "This backward
+    function was compiled with non-empty donated buffers which requires create_graph=False and
+    retain_graph=False"; `fresh_models` turns them off, as that message offers, to keep the thread's code.
 """
 
 import copy
