@@ -9,7 +9,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from cases import autocast_device as autocast_case, codebook_oob as codebook_case, multigpu_segfault as ddp_case
+from cases import autocast_device as autocast_case, codebook_oob as codebook_case, inplace_modified as inplace_case, multigpu_segfault as ddp_case
 from cases._ddp_worker import launch
 
 
@@ -49,3 +49,21 @@ def _rank_without_the_override(job):
 def multigpu_segfault(job):
     """Every rank drops the environment override before it builds its model, so no rank can differ."""
     return ddp_case.every_rank(launch(_rank_without_the_override, job, nprocs=job.ranks, max_restarts=job.max_restarts, deadline_s=job.deadline_s))
+
+
+def inplace_modified(x):
+    """One forward; each loss's gradient by torch.autograd.grad for its own network's parameters, handed to
+    `.grad`; then both optimizers step, after every gradient is taken."""
+    G, D, opt_G, opt_D = inplace_case.fresh_models(x)
+    fake = G(x.ideas)
+    real_score, fake_score = D(x.paintings), D(fake)
+    d_loss = -(torch.log(real_score) + torch.log(1 - fake_score)).mean()
+    g_loss = torch.log(1 - fake_score).mean()
+    d_params, g_params = list(D.parameters()), list(G.parameters())
+    d_grads = torch.autograd.grad(d_loss, d_params, retain_graph=True)
+    g_grads = torch.autograd.grad(g_loss, g_params)
+    for parameter, grad in zip(d_params + g_params, d_grads + g_grads):
+        parameter.grad = grad
+    opt_D.step()
+    opt_G.step()
+    return inplace_case.trained(G, D)
