@@ -84,7 +84,8 @@ def _run_job(cfg: DictConfig) -> None:
         outcome = _run(cfg, output_dir)
     except JobCut as cut:  # exit_code stays None: counted as cut, with the record of the phases so far
         write_status(output_dir, {**status, "cut": str(cut), "record": cut.record_path.name if cut.record_path else None})
-        raise
+        print(f"error: {cut}" + (f"; the record, to the phase it cut: {cut.record_path}" if cut.record_path else ""), file=sys.stderr)
+        raise SystemExit(128 + getattr(signal, cut.signal)) from None
     except Exception as error:  # a harness bug: Hydra reports it too; the status says the job failed
         write_status(output_dir, {**status, "exit_code": EXIT_CHECK_FAILED, "error": f"{type(error).__name__}: {error}"})
         raise

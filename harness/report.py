@@ -148,7 +148,7 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
     if cut:
         console.print(f"[red]{cut} job(s) cut[/red] before they finished (cancelled, out of time, killed): not a verdict on the case; each record keeps the phases before the cut")
     for footnote in footnotes:
-        console.print(f"[red]NO[/red] {footnote}", highlight=False)
+        console.print(f"[red]{'cut' if _is_cut(footnote.partition(': ')[2]) else 'NO'}[/red] {footnote}", highlight=False)
     paths = [str(row[1].parent) for row in rows if row[1] is not None]
     where = sweep_dir if sweep_dir is not None else (os.path.commonpath(paths) if paths else None)
     if where is not None:
