@@ -16,6 +16,7 @@ COPY --chown=harness:harness pyproject.toml README.md ./
 COPY --chown=harness:harness harness harness
 COPY --chown=harness:harness cases cases
 COPY --chown=harness:harness conf conf
+COPY --chown=harness:harness hydra_plugins hydra_plugins
 COPY --chown=harness:harness tests tests
 # Pin torch to the base image's own version so pip keeps it; editable, as the harness reads conf/ and cases/ from here.
 RUN pip install --no-cache-dir "torch==${TORCH_VERSION}" -e ".[test]" && chown harness:harness /home/harness/app

@@ -301,3 +301,71 @@ def speechbrain(session: nox.Session, torch: str, speechbrain: str) -> None:
     code = _run_tee(session, ["python", "-m", "pytest", "tests/test_autocast_device.py", "-q", "-rs", f"--junitxml={out}", "-p", "no:cacheprovider"], None)[0]
     if code != 0:
         session.error(f"speechbrain {speechbrain} with torch {torch}: pytest exit {code}")
+
+
+# The sweep submitted to SLURM: a one-node cluster on this machine (.ci/slurm-local), its jobs as SLURM jobs.
+SLURM_SCRIPT = ".ci/slurm-local"
+SLURM_TORCH = "2.13.0"  # .ci/run's
+
+
+@nox.session(reuse_venv=True)
+def slurm(session: nox.Session) -> None:
+    """Every case as a SLURM job (hydra/launcher=slurm_local) on a cluster started and stopped here, then tests/test_slurm.py.
+
+    Installs slurm-wlm, slurmdbd, munge and mariadb-server where missing (apt-get, as root). Like the matrix,
+    a harness exit of 1 with every record finished (a phase missed its expectation: a speed verdict on a
+    loaded machine) is reported, not a failure: SLURM ran the jobs and brought their records back. It fails
+    when SLURM or the launcher broke (any other exit, a traceback), a record is missing or was cut, a record
+    or status lacks its SLURM job id, the tests fail, or a daemon outlives the session.
+    """
+    import tempfile
+
+    session.run("bash", SLURM_SCRIPT, "install", external=True)
+    session.install("--no-cache-dir", f"torch=={SLURM_TORCH}", "-e", ".[test]")
+    scratch = Path(tempfile.mkdtemp(prefix="nox-slurm-"))
+    sweep = ROOT / "multirun" / "slurm" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    sweep.mkdir(parents=True)
+    command = ["bash", SLURM_SCRIPT, "run", "--", "python", "-m", "harness", "-m", "case=glob(*)", f"device={DEVICE}", "hydra/launcher=slurm_local"]
+    command += [f"hydra.launcher.cpus_per_task={os.cpu_count()}", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${case.name}", *session.posargs]
+    session.env["SLURM_LOCAL_STATE"] = str(scratch / "cluster")  # one job at a time: every CPU each, as the speed phase wants
+    started = time.perf_counter()
+    code, output = _run_tee(session, command, sweep / "harness.log")
+    sweep_s = time.perf_counter() - started
+    problems = _harness_problems(code, output, sweep)
+    jobs = {}
+    for case in _case_names():
+        status_path, record_path = sweep / case / "exit_status", sweep / case / _record_name(case, "off")
+        status = json.loads(status_path.read_text()) if status_path.is_file() else {}
+        record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+        job = status.get("slurm_job")
+        if not job or (record and record["environment"].get("slurm", {}).get("job") != job):
+            problems.append(f"{case}: no SLURM job id in its exit status and record ({job!r})")
+        jobs[case] = job
+    session.log(f"sweep through SLURM: harness exit {code} in {sweep_s:.0f} s; jobs " + ", ".join(f"{case} {job}" for case, job in jobs.items()))
+    for miss in _phases_not_ok(sweep):
+        session.log(f"  not ok (reported, not a failure): {miss['case']} {miss['phase']} {miss['status']}: {miss['message'][:200]}")
+
+    del session.env["SLURM_LOCAL_STATE"]
+    tests = ["python", "-m", "pytest", "-m", "slurm", "tests/test_slurm.py", "-q", "-rs", "-p", "no:cacheprovider", f"--basetemp={scratch / 'pytest'}"]
+    pytest_exit = _run_tee(session, tests, None)[0]  # its own cluster, started and stopped by the test module
+    if pytest_exit != 0:
+        problems.append(f"tests/test_slurm.py: pytest exit {pytest_exit}")
+    left = _processes_mentioning(str(scratch))
+    if left:
+        problems.append(f"processes of the cluster left running: {left}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    if problems:
+        session.error("; ".join(problems))
+    session.log(f"records: {sweep}; no SLURM daemon left")
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Processes whose command line or environment (SLURM_CONF) holds `text`: what the cluster's scripts started."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if proc.name != str(os.getpid()) and any(text.encode() in (proc / part).read_bytes() for part in ("cmdline", "environ")):
+                found.append(f"{proc.name} {(proc / 'comm').read_text().strip()}")
+        except OSError:
+            continue
+    return found

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import sys
 from dataclasses import dataclass
@@ -32,7 +33,8 @@ from harness import compiled as compile_axis
 from harness import grade, sweep
 from harness.cases import ROOT, case_names, load_case
 from harness.report import print_progress, print_report
-from harness.run import ConfigError, DeviceUnavailable, probe_environment, resolve_device, run_case, submitted_fix, validate
+from harness.records import slurm_job
+from harness.run import ConfigError, DeviceUnavailable, JobCut, cut_by_signals, probe_environment, resolve_device, run_case, submitted_fix, validate
 from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, read_token, report_sweep, write_status
 
 EXIT_USAGE, EXIT_NO_DEVICE = 2, 3
@@ -72,6 +74,7 @@ def _run_job(cfg: DictConfig) -> None:
         "overrides": list(hydra_cfg.overrides.task),
         "host": socket.gethostname(),
         "pid": os.getpid(),
+        "slurm_job": (slurm_job() or {}).get("job"),  # None outside SLURM
         "exit_code": None,  # stays None if the job is killed (a SLURM time limit, a worker crash)
         "record": None,
         "error": None,
@@ -79,6 +82,10 @@ def _run_job(cfg: DictConfig) -> None:
     write_status(output_dir, status)
     try:
         outcome = _run(cfg, output_dir)
+    except JobCut as cut:  # exit_code stays None: counted as cut, with the record of the phases so far
+        write_status(output_dir, {**status, "cut": str(cut), "record": cut.record_path.name if cut.record_path else None})
+        print(f"error: {cut}" + (f"; the record, to the phase it cut: {cut.record_path}" if cut.record_path else ""), file=sys.stderr)
+        raise SystemExit(128 + getattr(signal, cut.signal)) from None
     except Exception as error:  # a harness bug: Hydra reports it too; the status says the job failed
         write_status(output_dir, {**status, "exit_code": EXIT_CHECK_FAILED, "error": f"{type(error).__name__}: {error}"})
         raise
@@ -106,16 +113,17 @@ def _run(cfg: DictConfig, output_dir: Path, console: Console | None = None) -> _
         submitted = submitted_fix(cfg)
         if submitted is not None:
             console.print(f"[bold]grading a submitted fix[/bold]: {escape(submitted.spec)} (sha256 {submitted.sha256[:12]}) on case {cfg.case.name}", highlight=False, soft_wrap=True)
-        if _environment is None:  # probed once per process: a multirun reuses it
-            _environment = probe_environment()
-        device = resolve_device(cfg.device, _environment)
-        record, path = run_case(
-            cfg,
-            device,
-            output_dir,
-            _environment,
-            on_phase=lambda phase, phase_record: print_progress(console, cfg.case.name, _platform(device, cfg), phase, phase_record),
-        )
+        with cut_by_signals():
+            if _environment is None:  # probed once per process: a multirun reuses it
+                _environment = probe_environment()
+            device = resolve_device(cfg.device, _environment)
+            record, path = run_case(
+                cfg,
+                device,
+                output_dir,
+                _environment,
+                on_phase=lambda phase, phase_record: print_progress(console, cfg.case.name, _platform(device, cfg), phase, phase_record),
+            )
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return _Outcome(EXIT_USAGE, error=str(error))
@@ -184,6 +192,12 @@ def main() -> None:
         sys.exit(EXIT_OK)
     try:
         _hydra_main()
+    except JobCut as cut:  # SIGTERM or SIGUSR2 (harness/run.py): the record says which phase it cut
+        where = f"; the record, to the phase it cut: {cut.record_path}" if cut.record_path else ""
+        print(f"error: {cut}{where}", file=sys.stderr)
+        if sweep.current is not None and sweep.sweep_jobs(*sweep.current):
+            report_sweep(*sweep.current, _console())
+        sys.exit(128 + getattr(signal, cut.signal))
     except SystemExit as exit_:
         if exit_.code not in (None, 0):
             if sweep.current is not None and sweep.sweep_jobs(*sweep.current):

@@ -85,7 +85,21 @@ def host_environment() -> dict[str, Any]:
         "packages": _package_versions(),
         "git_commit": _git_commit(),
         "argv": sys.argv,
+        **({"slurm": slurm_job()} if slurm_job() else {}),
     }
+
+
+def slurm_job() -> dict[str, str] | None:
+    """The SLURM job this process runs in (None outside one): `job` is the id squeue, sacct and scancel take,
+    `<array job>_<task>` for a job of an array (as submitit submits a sweep), and names its .submitit folder."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return None
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    job = {"job": f"{array}_{task}" if array and task else os.environ["SLURM_JOB_ID"], "job_id": os.environ["SLURM_JOB_ID"]}
+    for key, variable in (("cluster", "SLURM_CLUSTER_NAME"), ("partition", "SLURM_JOB_PARTITION"), ("node", "SLURMD_NODENAME")):
+        if os.environ.get(variable):
+            job[key] = os.environ[variable]
+    return job
 
 
 def probe_device() -> dict[str, Any]:

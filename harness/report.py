@@ -126,7 +126,7 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
         if note:
             footnotes.append(f"{escape(' '.join([case, device, *overrides]))}: {escape(_shorten(note))}")
         if record is None:
-            table.add_row(label, device, "[red]NO[/red]", *["-"] * 6)
+            table.add_row(label, device, "[red]cut[/red]" if _is_cut(note) else "[red]NO[/red]", *["-"] * 6)
             continue
         by_phase = {phase.phase: phase for phase in record.phases}
         bad_fixes = [phase for phase in record.phases if phase.phase.startswith("bad_fix:")]
@@ -135,7 +135,7 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
         table.add_row(
             label,
             device,
-            "[green]yes[/green]" if record.ok and not note else "[red]NO[/red]",
+            "[green]yes[/green]" if record.ok and not note else "[red]cut[/red]" if _is_cut(note) else "[red]NO[/red]",
             *(by_phase[name].status if name in by_phase else "-" for name in ("reproduce", "fix", "correct")),
             speed_cell(by_phase.get("speed")),
             f"{sum(p.status == 'flagged' for p in slow_fixes)}/{len(slow_fixes)} flagged" if slow_fixes else "-",
@@ -144,12 +144,19 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
     _print_whole(console, table)
     if undecided:
         console.print(f"[yellow]{undecided} speed verdict(s) inconclusive[/yellow]: ok, but not a pass; rerun, or raise speed.max_s")
+    cut = sum(_is_cut(note) for note in notes)
+    if cut:
+        console.print(f"[red]{cut} job(s) cut[/red] before they finished (cancelled, out of time, killed): not a verdict on the case; each record keeps the phases before the cut")
     for footnote in footnotes:
-        console.print(f"[red]NO[/red] {footnote}", highlight=False)
+        console.print(f"[red]{'cut' if _is_cut(footnote.partition(': ')[2]) else 'NO'}[/red] {footnote}", highlight=False)
     paths = [str(row[1].parent) for row in rows if row[1] is not None]
     where = sweep_dir if sweep_dir is not None else (os.path.commonpath(paths) if paths else None)
     if where is not None:
         console.print(f"records: {where}")
+
+
+def _is_cut(note: str | None) -> bool:
+    return bool(note) and note.startswith("cut")  # harness/sweep.py's SweepJob.note for a job stopped from outside
 
 
 def _print_whole(console: Console, table: Table) -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,6 +30,47 @@ class ConfigError(ValueError):
 
 class DeviceUnavailable(RuntimeError):
     """The requested device is not present on this machine."""
+
+
+CUT_SIGNALS = {
+    "SIGTERM": "scancel, the time limit or a preemption under SLURM; `kill` elsewhere",
+    "SIGUSR2": "SLURM's warning before the time limit (hydra.launcher.signal_delay_s)",
+}
+
+
+class JobCut(BaseException):
+    """The run was told to stop mid-way (CUT_SIGNALS). A BaseException: no `except Exception` of a phase takes it for a result."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(f"cut by {signal_name} ({CUT_SIGNALS[signal_name]})")
+        self.signal = signal_name
+        self.at = time.monotonic()
+        self.record_path: Path | None = None  # set by run_case once the record says where it was cut
+
+
+@contextlib.contextmanager
+def cut_by_signals():
+    """While a case runs, SIGTERM and SIGUSR2 raise JobCut in it (the first of them; later ones are ignored).
+
+    SLURM sends them to every process of a job: the phase's child dies of it, and the harness records the
+    phase it was in as `cut` before it exits. Signal handlers belong to the main thread: elsewhere a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = [getattr(signal, name) for name in CUT_SIGNALS]
+
+    def cut(signum: int, frame: Any) -> None:
+        for number in signals:
+            signal.signal(number, signal.SIG_IGN)  # the record is being written: one cut is enough
+        raise JobCut(signal.Signals(signum).name)
+
+    previous = {number: signal.signal(number, cut) for number in signals}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def validate(cfg: DictConfig) -> None:
@@ -150,13 +195,22 @@ def run_case(
     path = output_dir / record_name(cfg.case.name, device, mode)
     write_record(record, path)
     sources = grade.project_sources() if submitted is not None else {}
+    phase, started, appended = None, time.monotonic(), 0.0
     try:
         for phase in cfg.phases:
             on_phase(phase, None)
+            started = time.monotonic()
             for phase_record in phase_runner(phase, case, case_cfg, settings):
                 record.phases.append(phase_record)
+                appended = time.monotonic()
                 write_record(record, path)
                 on_phase(phase, phase_record)
+    except JobCut as cut:  # finished_at stays None: the record was cut short, and its last phase says where
+        _record_cut(record, phase, cut, started, appended)
+        write_record(record, path)
+        cut.record_path = path
+        on_phase(str(phase), record.phases[-1])
+        raise
     finally:
         if submitted is not None:  # the sources are checked, and restored, even when grading stopped half-way
             on_phase("integrity", None)
@@ -168,3 +222,22 @@ def run_case(
         record.verdict = grade.verdict(record).line
     write_record(record, path)
     return record, path
+
+
+def _record_cut(record: CaseRecord, phase: str | None, cut: JobCut, started: float, appended: float) -> None:
+    """The phase running when the job was cut becomes a `cut` record. The signal reaches the phase's child too:
+    a result the parent recorded from that child an instant before its own handler ran (killed by the same
+    signal) was the cut, not the case, and is replaced."""
+    last = record.phases[-1] if record.phases else None
+    if last is not None and 0 <= cut.at - appended < 2.0 and (last.figures.get("signal") == cut.signal or cut.signal in last.message):
+        record.phases.pop()
+    record.phases.append(
+        PhaseRecord(
+            phase=str(phase or "setup"),
+            status="cut",
+            ok=False,
+            message=f"the job was {cut} {cut.at - started:.1f} s into this phase; the phases before it are complete",
+            figures={"signal": cut.signal},
+            seconds=round(cut.at - started, 4),
+        )
+    )

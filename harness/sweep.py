@@ -5,7 +5,8 @@ workers (`hydra/launcher=local_parallel`) or as SLURM jobs (`hydra/launcher=slur
 each job leaves beside its record a small `exit_status` file (JSON) in its directory under the sweep
 dir, and once the sweep returns the launching process builds the summary and the worst exit status
 from those files, never from what it happened to see itself. A job that left no status, or one cut
-short, counts as failed; so does a sweep that finds no job of its own on disk.
+short, counts as failed; so does a sweep that finds no job of its own on disk. Jobs cut from outside
+(scancel, a time limit: their records end in a phase with status `cut`) are counted apart in the summary.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ class SweepJob:
 
     @property
     def note(self) -> str | None:
+        if self.status.get("cut"):  # it caught the signal: the record's last phase is the one it cut
+            phase = self.record.phases[-1].phase if self.record is not None and self.record.phases else None
+            return f"cut in phase {phase}: {self.status['cut']}" if phase else f"cut before any phase: {self.status['cut']}"
         if self.status.get("exit_code") is None:
             return "cut short: the job ended without an exit status"
         if self.record is not None and self.record.finished_at is None:

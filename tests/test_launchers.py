@@ -1,13 +1,16 @@
 """Multiruns whose jobs run elsewhere: the summary and exit status come from the sweep dir, whichever launcher ran them.
 
 The launchers are an optional extra (`pip install -e '.[scale]'`): tests that need one skip without it.
-SLURM itself is not run here; its config is composed and rendered into the sbatch script it would submit.
+SLURM itself is not run here (tests/test_slurm.py does, where sbatch is installed); its config is composed
+and rendered into the sbatch script it would submit.
 """
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -200,3 +203,24 @@ def test_records_read_back_equal_what_was_written(tmp_path):
     path = tmp_path / "0_embedding_oob" / "embedding_oob.cpu.json"
     record = load_record(path)
     assert record.to_json() == json.loads(path.read_text()) and not record.ok
+
+
+def test_a_sweep_cut_by_sigterm_mid_phase_records_the_phase_it_cut(tmp_path):
+    # What scancel or a SLURM time limit does to a job, here to the basic launcher's process (tests/test_slurm.py: under SLURM).
+    command = [sys.executable, "-m", "harness", "-m", "case=embedding_oob", "device=cpu", "phases=[reproduce,speed]", "speed.process_s=30", f"hydra.sweep.dir={tmp_path}/multirun"]
+    sweep = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    record_path = tmp_path / "multirun" / "0_embedding_oob" / "embedding_oob.cpu.json"
+    deadline = time.monotonic() + 300
+    while not (record_path.is_file() and len(json.loads(record_path.read_text())["phases"]) == 1):  # in its speed phase
+        assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()[0]
+        time.sleep(0.2)
+    sweep.send_signal(signal.SIGTERM)
+    output = sweep.communicate(timeout=120)[0]
+    assert sweep.returncode == EXIT_CHECK_FAILED, output
+    record = json.loads(record_path.read_text())
+    assert [(phase["phase"], phase["status"]) for phase in record["phases"]] == [("reproduce", "reproduced"), ("speed", "cut")]
+    assert record["finished_at"] is None and "SIGTERM" in record["phases"][-1]["message"]
+    (status,) = statuses(tmp_path)
+    assert status["exit_code"] is None and "SIGTERM" in status["cut"]
+    summary = output[output.rindex("summary") :]
+    assert "1 job(s) cut" in summary and "cut in phase speed" in summary
