@@ -68,7 +68,18 @@ symptoms = {
     ),
 }
 
-triage_signs = TriageSigns(signs=())  # filled in from the tuning logs (tests/triage_logs/target_out_of_bounds)
+# A class target outside [0, C) in the NLL / cross-entropy loss; the class weights indexed by a label are class_weight_index.
+triage_signs = TriageSigns(signs=(
+    Sign("failure", r"\bt >= 0 && t < n_classes|cur_target >= 0 && cur_target < n_classes", 0.9, "the NLL loss kernel's target check failed (Loss.cu / NLLLoss2d.cu, ClassNLLCriterion in old builds): a class target outside [0, n_classes)"),
+    Sign("failure", r"\bTarget -?\d+ is out of bounds", 0.9, "the CPU error of a cross-entropy / NLL target outside [0, n_classes)"),
+    Sign("failure", r"device-side assert triggered at \S*(?:Spatial)?ClassNLLCriterion\.cu", 0.6, "old torch's report of a device-side assert raised in the NLL loss kernel"),
+    Sign("failure", r"index out of bounds: 0 <= \S*tmp<n>", 0.3, "the bounds check of torch.compile's generated code fired; alone it does not say which op: the kernel's name does"),
+    Sign("context", r"^(?:cpp|triton_\w+?)_fused_(?!\w*_index_\w*_stack_)\w*?nll_loss(?:2d)?_forward\w*_\d+\(", 0.5, "the compiled kernel that failed computes the NLL loss and looks up nothing else (no index and stack of class weights)"),
+    Sign("context", r"\bin (?:cross_entropy|nll_loss)\b|_nn\.(?:cross_entropy_loss|nll_loss(?:2d|_nd)?)\(|F\.(?:cross_entropy|nll_loss)\(|CrossEntropyLoss\(", 0.3, "raised in cross entropy / the NLL loss"),
+    Sign("support", r"n_classes|num_classes|num_labels|ignore_index", 0.1, "the number of classes or an ignore label in play"),
+    Sign("support", r"CUDA error: device-side assert triggered", 0.1, "an asynchronous CUDA error, as the loss kernel's assert surfaces later"),
+    Sign("veto", r"IndexKernel\.cu|index -?\d+ is out of bounds for dimension|_fused_\w*?_index_\w*?nll_loss\w*?_stack_", 0, "an index past the class weights (class_weight_index), not the loss's target check"),
+))
 
 compiled_unit = "the training step's targets and loss: the mask's resize and conversion, then cross entropy plus Dice"
 
