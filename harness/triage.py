@@ -8,7 +8,7 @@ addresses, block and thread numbers, line numbers, absolute paths), then scores 
 signs its module declares (`triage_signs` in cases/<name>.py, read from the source, so triage
 imports neither torch nor the cases). The verdict is the best case whose score reaches
 `VERDICT_SCORE`, or none: "not one of the known cases", with what the log looks like instead
-where a known look-alike matches (an NLL target out of range, an NCCL timeout, ...).
+where a known look-alike matches (a class past num_classes in F.one_hot, an NCCL timeout, ...).
 
 Scoring. A sign is a regex searched in the cleaned log, one line at a time:
     failure  what broke: a kernel's assertion, the exception text, the launcher's signal report
@@ -84,7 +84,8 @@ class Verdict:
 
 # Failures that resemble the cases and belong to none of them: named when there is no verdict.
 LOOKALIKES = (
-    Sign("lookalike", r"t >= 0 && t < n_classes|IndexError: Target -?\d+ is out of bounds|ClassNLLCriterion|_fused_(?:_log_softmax_)?nll_loss(?:2d)?_forward_\d+\b", 1, "an NLL / cross-entropy target out of range (a label >= the number of classes), not an embedding or class-weight lookup"),
+    Sign("lookalike", r"Class values must be smaller than num_classes|Class values must be non-negative", 1, "a class index outside [0, num_classes) in F.one_hot, not in the loss (target_out_of_bounds is the loss's): the labels need the same remapping"),
+    Sign("lookalike", r"multi-target not supported|only batches of spatial targets supported|0D or 1D target tensor expected", 1, "a loss target of the wrong shape (one-hot, or an extra channel dimension), not a class out of range"),
     Sign("lookalike", r"tokenization_\w+\.py|piece id is out of range|out of range integral type conversion attempted|sentencepiece", 1, "an index error in a tokenizer (token ids outside its vocabulary), not an out-of-range lookup in a model"),
     Sign("lookalike", r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|can't allocate memory|exitcode *: *-9\b|[Ss]ignal 9 \(SIGKILL\)", 1, "out of memory (on the GPU, or a process killed by SIGKILL, as the host's OOM killer does)"),
     Sign("lookalike", r"failed \(exitcode: 1\)|exitcode *: *1 \(pid", 1, "a rank that exited with a Python error (exit code 1), not a signal: its own traceback, above the launcher's lines, says why"),

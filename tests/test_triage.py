@@ -102,7 +102,7 @@ def test_held_out_logs_meet_the_goals_of_issue_21():
 
 def test_fixtures_come_from_many_projects_and_none_from_the_five_upstream_threads():
     sources = {_fixture(path)[0]["SOURCE"] for path in FIXTURE_PATHS}
-    upstream = {"open-mmlab/Amphion/issues/193", "gpt-omni/mini-omni/issues/97", "open-mmlab/Amphion/issues/167", "mmsegmentation/issues/3724"}
+    upstream = {"open-mmlab/Amphion/issues/193", "gpt-omni/mini-omni/issues/97", "open-mmlab/Amphion/issues/167", "mmsegmentation/issues/3724", "milesial/Pytorch-UNet/issues/291", "milesial/Pytorch-UNet/issues/258"}
     assert not {s for s in sources if any(u in s for u in upstream)}
     assert len({s.split("/")[3] + "/" + s.split("/")[4] for s in sources}) >= 20
 
