@@ -88,7 +88,7 @@ triage_signs = TriageSigns(signs=(
     Sign("context", r"find_unused_parameters", 0.2, "DDP's unused-parameter detection is mentioned"),
     Sign("context", r"layerdrop|layer_drop|LayerDrop", 0.3, "LayerDrop in play: layers skipped at random in training"),
     Sign("context", r"DistributedDataParallel|nn/parallel/distributed\.py|_rebuild_buckets", 0.2, "raised in DistributedDataParallel"),
-    Sign("veto", r"Your training graph has changed in this iteration", 0, "DDP with static_graph=True saw a different set of used parameters: a changed graph, not an unfinished reduction"),
+    Sign("veto", r"(?i)training graph has changed in this iteration", 0, "DDP with static_graph=True saw a different set of used parameters: a changed graph, not an unfinished reduction"),
 ))
 
 compiled_unit = "each rank's DDP model, `torch.compile(DistributedDataParallel(model))`, in the ranks: LayerDrop's skips are Python control flow, so dynamo guards on them and recompiles per skip pattern"
