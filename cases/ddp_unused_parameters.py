@@ -5,10 +5,6 @@ Upstream: https://github.com/speechbrain/speechbrain/issues/2340 (SpeechBrain fi
     January 2024; the reporter's torch and transformers versions are in a pip list not read here:
     not established). The same failure for wav2vec2 under HF's Trainer:
     https://github.com/huggingface/transformers/issues/11452, #17116 and #30113.
-    Maintainers' answers in #2340: HF's wav2vec2-family encoders use LayerDrop, which "causes issues
-    with DDP", so `--find_unused_parameters=True` is needed (Adel-Moumen); or "deactivate layer_drop in
-    the config.json of the HuggingFace model ... this may result (or may not) in degraded downstream
-    performance" (TParcollet).
 
 Fidelity: faithful in the mechanism and the model's structure: 24 encoder layers named as HF's
     WavLM layers (`encoder.layers.N.attention.{q,k,v,out}_proj`, `layer_norm`,
@@ -50,7 +46,11 @@ Cause: DDP's reducer waits, during backward, for a gradient from every parameter
     gradient buckets of that iteration never finish, and the next forward finds the reduction
     unfinished. Which layers are skipped changes every step.
 
-Fix: `DistributedDataParallel(model, find_unused_parameters=True)`, the maintainers' fix: after each
+Fix: the maintainers' answers in #2340: HF's wav2vec2-family encoders use LayerDrop, which "causes
+    issues with DDP", so `--find_unused_parameters=True` is needed (Adel-Moumen); or "deactivate
+    layer_drop in the config.json of the HuggingFace model ... this may result (or may not) in degraded
+    downstream performance" (TParcollet). The first is `fixed`:
+    `DistributedDataParallel(model, find_unused_parameters=True)`: after each
     forward DDP walks the autograd graph from the outputs and marks every parameter it cannot reach
     as ready, and it leaves the gradient of a parameter no rank used untouched (None), so the ranks
     train exactly what one process computes from the same per-rank skips (max |diff| 1.1e-13 in
@@ -100,7 +100,7 @@ symptoms = {
     "cuda": Symptom("ChildFailedError", UNFINISHED_REDUCTION, output=r"Parameters which did not receive grad for rank \d+: encoder\.layers\.\d+\."),
 }
 
-# DDP's reducer found parameters that produced no gradient; a static graph that changed and a rank that hung are others.
+# DDP's reducer found parameters that produced no gradient; a static graph that changed, or a parameter marked ready twice, is another failure.
 triage_signs = TriageSigns(signs=(
     Sign("failure", r"Expected to have finished reduction in the prior iteration before starting a new one", 0.9, "DDP's reducer: the previous iteration's gradient reduction never finished, as parameters unused in the loss never report ready"),
     Sign("failure", r"Parameters? (?:indices )?which did not receive grad for rank \d+", 0.6, "DDP's list (TORCH_DISTRIBUTED_DEBUG) of the parameters that got no gradient on a rank"),
