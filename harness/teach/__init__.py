@@ -297,7 +297,7 @@ def bad_fix_errors(records: list[Record]) -> tuple[list[BadFixError], str]:
 
 
 def _budgets(config: dict[str, Any]) -> dict[str, float]:
-    return {device: float(value) for device, value in ((config.get("speed") or {}).get("budget") or {}).items()}
+    return {device: float(value) for device, value in ((config.get("speed") or {}).get("budget") or {}).items() if value is not None}  # null: no budget on that device
 
 
 def _figures_section(name: str, sources: Sources, figure_files: list[str]) -> list[str]:
