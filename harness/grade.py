@@ -133,11 +133,16 @@ def _import_in_child(path: str, function: str) -> str | None:
 
 
 def graded_config(case_cfg: DictConfig, submitted: Submission) -> DictConfig:
-    """The case config the phases get when grading: the submission, and the grading speed budget."""
+    """The case config the phases get when grading: the submission, the grading speed budget, and only the
+    `speed.also` comparisons that apply to a submitted fix (one that sets `graded: false` times something else
+    than a whole fix, e.g. one training step where the fix is a launch)."""
     graded = OmegaConf.create({**OmegaConf.to_container(case_cfg, resolve=True), SUBMITTED_KEY: dataclasses.asdict(submitted)})
     grade_budget = OmegaConf.select(case_cfg, "speed.grade_budget")
     if grade_budget is not None:
         graded.speed.budget = grade_budget
+    also = OmegaConf.select(graded, "speed.also")
+    if also:
+        graded.speed.also = {name: comparison for name, comparison in also.items() if comparison.get("graded", True)}
     return graded
 
 

@@ -323,3 +323,18 @@ def test_a_correct_fix_whose_ranks_compile_is_accepted_under_inductor(tmp_path, 
     verdict, record, _, _ = graded(tmp_path, environment, "multigpu_segfault", "alternatives.py", "multigpu_segfault", ["fix"], "compile=inductor")
     assert verdict.accepted, verdict.line
     assert phase(record, "integrity").status == "passed"
+
+
+def test_grading_keeps_only_the_speed_comparisons_that_apply_to_a_submitted_fix():
+    # ddp_unused_parameters times one in-process step against another baseline; a graded fix is a whole launch
+    from omegaconf import OmegaConf
+
+    from harness.submitted import Submission
+
+    case_cfg = OmegaConf.create({"speed": {"budget": {"cpu": 1.25}, "grade_budget": {"cpu": 1.5}, "also": {
+        "same_calls": {"baseline": "upstream", "budget": {"cpu": 1.0}},
+        "one_step": {"baseline": "a_step", "budget": {"cpu": 1.0}, "graded": False},
+    }}})
+    graded = grade.graded_config(case_cfg, Submission("/tmp/fix.py", "fix", "0" * 64))
+    assert list(graded.speed.also) == ["same_calls"] and graded.speed.budget.cpu == 1.5
+    assert list(case_cfg.speed.also) == ["same_calls", "one_step"]  # the case's own run keeps both
