@@ -10,10 +10,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from cases import autocast_device as autocast_case, codebook_oob as codebook_case, inplace_modified as inplace_case, multigpu_segfault as ddp_case
-
-
-from cases import autocast_device as autocast_case, codebook_oob as codebook_case, ddp_unused_parameters as layerdrop_case, multigpu_segfault as ddp_case
+from cases import autocast_device as autocast_case, codebook_oob as codebook_case, ddp_unused_parameters as layerdrop_case
+from cases import inplace_modified as inplace_case, multigpu_segfault as ddp_case
 from cases._ddp_worker import launch
 
 
