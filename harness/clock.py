@@ -184,6 +184,7 @@ def drive(
                 now = process_settings(pid)
                 if now != watched[pid]:
                     timed.disturbed = f"the {side} child's scheduling changed while it was timed: {_changed(watched[pid], now)}"
+                    raise _Disturbed  # its samples are worth nothing now: stop here
         return seconds / calls, faulted
 
     def make_fresh_inputs() -> None:
@@ -194,13 +195,18 @@ def drive(
             settle(side, {"op": "fresh_inputs"})
 
     try:
-        timed.samples = sample_pairs(
-            block, device=device, warmup=warmup, pairs=pairs, min_s=min_s, before_timing=make_fresh_inputs if fresh_inputs else None, others=tuple(children)[2:]
-        )
+        with contextlib.suppress(_Disturbed):
+            timed.samples = sample_pairs(
+                block, device=device, warmup=warmup, pairs=pairs, min_s=min_s, before_timing=make_fresh_inputs if fresh_inputs else None, others=tuple(children)[2:]
+            )
     finally:
         for connection in {id(c): c for c, _ in children.values()}.values():
             stop(connection)
     return timed
+
+
+class _Disturbed(Exception):
+    """Raised inside `drive` when a child's scheduling changed: the process's sampling ends there."""
 
 
 def stop(connection) -> None:
@@ -323,9 +329,9 @@ def anomaly(processes: list[TimedProcess], device: str) -> tuple[str, str] | Non
 
 def baseline_anomaly(processes: list[TimedProcess], device: str) -> tuple[str, str] | None:
     """Grading only (the baseline in children of its own, beside a pristine copy): the model solution reached from outside."""
-    if not processes or not all(p.samples.others.get("pristine") for p in processes):
-        return None
     disturbed = next((p.disturbed for p in processes if p.disturbed), None)
+    if not disturbed and (not processes or not all(p.samples.others.get("pristine") for p in processes)):
+        return None
     if disturbed:
         return "baseline_disturbed", f"{disturbed}: another process of the user changed it (the submission's is the only one running code nobody reviewed)"
     if device == "cpu":

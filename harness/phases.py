@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import random
 import re
 import secrets
+import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -44,7 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import load_case
 from harness import compiled as compile_axis
-from harness.clock import TimedProcess, anomaly, clock_figures, drive, serve, stop
+from harness.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive, serve, stop
 from harness.compare import compare, describe
 from harness.confine import Limits
 from harness.isolate import ChildResult, Failure, run_isolated
@@ -395,6 +397,9 @@ def _timed(
                 if line not in changed[key]:
                     changed[key].append(line)
         processes.append(timed)
+        if timed.disturbed:  # reniced, pinned: its samples are worth nothing, and the grade ends here
+            figures = {"baseline_disturbed": timed.disturbed, **containment(result), **changed}
+            return PhaseRecord(phase, "baseline_disturbed", False, baseline_anomaly(processes, settings.device)[1], figures, round(time.monotonic() - started, 4), result.output)
         for key, said in containment(result).items():
             held[key] = held.get(key, []) + said if isinstance(said, list) else said
         checked += [{"process": len(processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked} for index, block in enumerate(timed.blocks) if block.checked]
@@ -434,7 +439,7 @@ def _timed(
             verdict, ok, message = seen[0], False, f"{seen[1]} ({interval})"
         if changed.get("changed_on_import") or changed.get("changed_by_its_calls"):
             lines = changed.get("changed_on_import", []) + changed.get("changed_by_its_calls", [])
-            message += f"; in its own process it changed {'; '.join(lines[:4])}" + (f" and {len(lines) - 4} more" if len(lines) > 4 else "") + " (the model solution, timed apart, was not affected)"
+            message += f"; in its own process it changed {'; '.join(lines[:8])}" + (f" and {len(lines) - 8} more" if len(lines) > 8 else "") + " (the model solution, timed apart, was not affected)"
     return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output)
 
 
@@ -453,6 +458,8 @@ def _graded_timing_process(talk: Callable, baseline: str, inputs: Any, cfg: Dict
                 return go_on()
             finally:
                 stop(connection)  # if the candidate's child never came to answer, this one must not wait for it
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGCONT)  # a child left stopped (SIGSTOP from another process) could not hear it
 
         return hold
 

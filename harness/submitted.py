@@ -68,9 +68,10 @@ def load_submitted(submission: Submission, case: ModuleType) -> Callable[[Any], 
     if file_sha256(submission.path) != submission.sha256:
         raise RuntimeError(f"{submission.path} changed after it was validated (sha256 differs): grade it again")
     inside = _install_tripwires(case)
-    settings, ids = process_settings(), namespace_ids()
+    watched = [case, *(module for name, module in sys.modules.items() if name.startswith("harness.") and module is not None)]
+    settings, ids = process_settings(), namespace_ids(*watched)
     function = getattr(import_file(submission.path), submission.function)
-    changed = changes(settings, process_settings(), ids, namespace_ids())
+    changed = changes(settings, process_settings(), ids, namespace_ids(*watched))
     if not callable(function):
         raise TypeError(f"{submission.spec} is a {type(function).__name__}, not a function")
 
@@ -155,11 +156,11 @@ def process_settings() -> dict[str, Any]:
     return said
 
 
-def namespace_ids() -> dict[str, int]:
-    """The identity of every public name in torch's main namespaces: a name rebound (wrapped, patched) shows."""
+def namespace_ids(*modules: ModuleType) -> dict[str, int]:
+    """The identity of every public name in torch's main namespaces and in `modules`: a name rebound (wrapped, patched) shows."""
     import torch
 
-    found = {}
+    found = {f"{module.__name__}.{name}": id(value) for module in modules for name, value in list(vars(module).items()) if not name.startswith("__")}
     for namespace in NAMESPACES:
         owner = _attribute(torch, namespace.removeprefix("torch").lstrip(".")) if namespace != "torch" else torch
         for name, value in list(vars(owner).items()) if owner is not None else ():
