@@ -58,7 +58,6 @@ PHASES = ("reproduce", "fix", "correct", "speed", "slow_fixes", "bad_fixes")
 FIXED = "fixed"
 SPEED_CANDIDATE = "speed_candidate"
 SLOW_FIX = "slow_fix:"
-GRADED_SPEED = ("speed",)  # the speed phases a grade's verdict reads (harness/grade.py GRADED_PHASES)
 GRADED_PAIRS = 6  # at least, per timing process of a submitted fix (plus 0-2 more, drawn privately): more calls than a case's own timing
 
 
@@ -353,8 +352,7 @@ def _timed(
     held: dict[str, Any] = {}  # what confined children tried or left behind, over every process
     compiled_figures: dict[str, list] = {}  # per process: compile time of each side (cold or warm cache), graphs compiled while timed
     changed: dict[str, list[str]] = {}  # what the submission's import, then its calls, changed in its process
-    decisive = graded and phase in GRADED_SPEED  # speed:NAME comparisons are recorded in a grade, not judged: they keep the case's limits
-    max_s, max_processes = (timing.grade_max_s, 10_000) if decisive else (timing.max_s, timing.max_processes)
+    max_s, max_processes = (timing.grade_max_s, 10_000) if graded else (timing.max_s, timing.max_processes)
     while True:
         seeds = {"warmup": secrets.randbelow(1 << 31), "timed": secrets.randbelow(1 << 31)} if graded else None
         process_dir = None
@@ -410,7 +408,7 @@ def _timed(
         estimate = estimate_ratio([p.samples for p in processes], timing.level)
         verdict = judge(estimate, budget) if budget is not None else "measured"
         if verdict is None and (len(processes) >= max_processes or time.monotonic() - started >= max_s):
-            verdict = "undecided" if decisive else "inconclusive"
+            verdict = "undecided" if graded else "inconclusive"
         if verdict is not None:
             break
     samples = processes[-1].samples
