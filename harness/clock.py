@@ -20,9 +20,11 @@ after the call has returned, in the parent.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import json
+import os
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ import torch
 
 from harness.compare import flatten_tensors
 from harness.confine import minor_faults, tree_cpu_s
-from harness.timing import PairedSamples, sample_pairs
+from harness.timing import PairedSamples, estimate_ratio, sample_pairs
 
 CHECK_PROBABILITY = 0.9  # of a timed candidate block: one of its outputs goes to the judge
 _save = torch.save  # bound when the fork server imports this, before any submitted code
@@ -54,7 +56,8 @@ class BlockTiming:
 class TimedProcess:
     samples: PairedSamples
     blocks: list[BlockTiming] = field(default_factory=list)  # the timed ones, retaken pairs included
-    outside_cpu_s: float = 0.0  # CPU time while the child should have been idle, after the warm-up
+    outside_cpu_s: float = 0.0  # CPU time while the candidate's child should have been idle, after the warm-up
+    disturbed: str | None = None  # another child's scheduling changed while it was timed (renice, policy, affinity)
 
 
 # -- the child ----------------------------------------------------------------------------------------
@@ -129,8 +132,7 @@ def _as_bytes(output: Any) -> bytes:
 
 
 def drive(
-    connection,
-    pid: int,
+    children: dict[str, tuple[Any, int]],
     deadline: float,
     *,
     device: str,
@@ -140,44 +142,105 @@ def drive(
     fresh_inputs: bool = False,
     check_dir: Path | None = None,
 ) -> TimedProcess:
-    """The parent's side of `serve`: the samples, timed here; with `check_dir`, outputs kept for the judge."""
-    timed = TimedProcess(PairedSamples([], [], 1))
-    idle_since: list[float | None] = [None]  # the child's CPU time when it last had nothing to do
+    """The parent's side of `serve`: the samples, timed here; with `check_dir`, outputs kept for the judge.
 
-    def ask(request: dict) -> bytes:
+    `children`: each side's child, (connection, pid); one child may serve several sides (a case's own timing),
+    or each side its own (grading: the submission's child times "candidate" alone, children that never
+    import it time "baseline" and "pristine"). Sides past the first two are timed beside each pair."""
+    timed = TimedProcess(PairedSamples([], [], 1))
+    candidate_pid = children["candidate"][1]
+    idle_since: dict[int, float] = {}  # each child's CPU time when it last had nothing to do
+    watched = {pid: process_settings(pid) for side, (_, pid) in children.items() if pid != candidate_pid}
+
+    def ask(connection, request: dict) -> bytes:
         connection.send_bytes(json.dumps(request).encode())
         if not connection.poll(max(0.0, deadline - time.monotonic())):
             raise TimeoutError("the timing child stopped answering")
         return connection.recv_bytes()
 
-    def settle(request: dict) -> bytes:
-        answer = ask(request)
-        idle_since[0] = tree_cpu_s(pid)
+    def settle(side: str, request: dict) -> bytes:
+        connection, pid = children[side]
+        answer = ask(connection, request)
+        idle_since[pid] = tree_cpu_s(pid)
         return answer
 
     def block(side: str, calls: int, is_timed: bool) -> tuple[float, int]:
+        connection, pid = children[side]
         faults, cpu = minor_faults(pid), tree_cpu_s(pid)
-        if is_timed and idle_since[0] is not None:
-            timed.outside_cpu_s += max(0.0, cpu - idle_since[0])
+        if is_timed and pid == candidate_pid and pid in idle_since:
+            timed.outside_cpu_s += max(0.0, cpu - idle_since[pid])
         started = time.perf_counter()
-        answer = json.loads(ask({"op": "run", "side": side, "calls": calls}))
+        answer = json.loads(ask(connection, {"op": "run", "side": side, "calls": calls}))
         seconds = time.perf_counter() - started
         cpu_s, faulted = tree_cpu_s(pid) - cpu, minor_faults(pid) - faults
         checked = None
         if is_timed and side == "candidate" and check_dir is not None and secrets.randbelow(1 << 20) < CHECK_PROBABILITY * (1 << 20):
-            checked = _keep(settle({"op": "send", "index": secrets.randbelow(calls)}), check_dir, len(timed.blocks))
+            checked = _keep(settle(side, {"op": "send", "index": secrets.randbelow(calls)}), check_dir, len(timed.blocks))
         else:
-            settle({"op": "drop"})
+            settle(side, {"op": "drop"})
         if is_timed:
             timed.blocks.append(BlockTiming(side, calls, seconds, float(answer.get("s", 0.0)), cpu_s, checked))
+            if pid in watched and timed.disturbed is None:
+                now = process_settings(pid)
+                if now != watched[pid]:
+                    timed.disturbed = f"the {side} child's scheduling changed while it was timed: {_changed(watched[pid], now)}"
+                    raise _Disturbed  # its samples are worth nothing now: stop here
         return seconds / calls, faulted
 
     def make_fresh_inputs() -> None:
-        settle({"op": "fresh_inputs"})
+        first_side = {}
+        for side, (_, pid) in children.items():
+            first_side.setdefault(pid, side)
+        for side in first_side.values():  # each child once
+            settle(side, {"op": "fresh_inputs"})
 
-    timed.samples = sample_pairs(block, device=device, warmup=warmup, pairs=pairs, min_s=min_s, before_timing=make_fresh_inputs if fresh_inputs else None)
-    connection.send_bytes(json.dumps({"op": "stop"}).encode())
+    try:
+        with contextlib.suppress(_Disturbed):
+            timed.samples = sample_pairs(
+                block, device=device, warmup=warmup, pairs=pairs, min_s=min_s, before_timing=make_fresh_inputs if fresh_inputs else None, others=tuple(children)[2:]
+            )
+    finally:
+        for connection in {id(c): c for c, _ in children.values()}.values():
+            stop(connection)
     return timed
+
+
+class _Disturbed(Exception):
+    """Raised inside `drive` when a child's scheduling changed: the process's sampling ends there."""
+
+
+def stop(connection) -> None:
+    """Tell a serving child to return (it may have gone already)."""
+    with contextlib.suppress(OSError, EOFError, ValueError):
+        connection.send_bytes(json.dumps({"op": "stop"}).encode())
+
+
+def process_settings(pid: int) -> dict[str, Any]:
+    """What another process of the same user could change about how a child is scheduled: each thread's
+    nice value and policy, and the CPUs it may run on."""
+    threads = {}
+    try:
+        for task in sorted(os.listdir(f"/proc/{pid}/task")):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{pid}/task/{task}/stat", "rb") as stat:
+                    fields = stat.read().rpartition(b")")[2].split()
+                threads[task] = (int(fields[16]), int(fields[38]))  # nice, policy
+    except OSError:
+        return {}
+    try:
+        cpus = sorted(os.sched_getaffinity(pid))
+    except OSError:
+        cpus = []
+    return {"nice_and_policy": sorted(set(threads.values())), "cpus": cpus}
+
+
+def _changed(before: dict[str, Any], after: dict[str, Any]) -> str:
+    said = []
+    if before.get("nice_and_policy") != after.get("nice_and_policy"):
+        said.append(f"(nice, policy) of its threads {before.get('nice_and_policy')} -> {after.get('nice_and_policy')}")
+    if before.get("cpus") != after.get("cpus"):
+        said.append(f"CPUs {before.get('cpus')} -> {after.get('cpus')}")
+    return "; ".join(said)
 
 
 def _keep(answer: bytes, check_dir: Path, index: int) -> str:
@@ -193,6 +256,8 @@ CLOCK_AGREEMENT = 0.9  # the child's clock must account for this share of the pa
 EXTRA_CORES = 1.25  # CPU time / wall time of a block past which more than one core worked (CPU timing is single-threaded)
 OUTSIDE_SHARE = 0.1  # CPU while the clock was stopped, as a share of the candidate's timed time, past which work escaped it
 OUTSIDE_FLOOR_S = 0.02
+BASELINE_SLOWER = 1.25  # the baseline's time over its pristine copy's, beyond which (the interval's lower end) something reached it
+STARVED_SHARE = 0.6  # the baseline's CPU share of its blocks' time, over the candidate's, below which it was kept off the CPU
 REPEAT_GAIN = 2.0  # first timed candidate block / later ones, over the baseline's same ratio, past which a cache answered
 # (1.7 was seen once from an honest fix; a cache that computes at most twice as long as it answers evades this, and gains less than 2x)
 
@@ -209,7 +274,21 @@ def clock_figures(processes: list[TimedProcess]) -> dict[str, Any]:
     gains = [g for g in (_repeat_gain(p) for p in processes) if g is not None]
     if gains:
         figures["repeat_gain"] = round(_geometric_mean(gains), 4)
+    if all(p.samples.others.get("pristine") for p in processes) and processes:
+        figures["baseline_vs_pristine"] = _baseline_vs_pristine(processes)
+        figures["cpu_share"] = {side: round(_cpu_share(processes, side), 3) for side in ("candidate", "baseline", "pristine")}
     return figures
+
+
+def _baseline_vs_pristine(processes: list[TimedProcess]) -> dict[str, Any]:
+    """The baseline's time over its pristine copy's (children alike, timed in turn in the same processes)."""
+    estimate = estimate_ratio([PairedSamples(p.samples.baseline_s, p.samples.others["pristine"], 1) for p in processes], 0.95)
+    return {"ratio": round(estimate.ratio, 4), "ratio_low": round(estimate.ratio_low, 4), "ratio_high": round(estimate.ratio_high, 4), "pristine_s": estimate.baseline_s}
+
+
+def _cpu_share(processes: list[TimedProcess], side: str) -> float:
+    shares = sorted(b.cpu_s / b.parent_s for p in processes for b in p.blocks if b.side == side and b.parent_s > 0)
+    return shares[len(shares) // 2] if shares else 1.0
 
 
 def anomaly(processes: list[TimedProcess], device: str) -> tuple[str, str] | None:
@@ -244,6 +323,29 @@ def anomaly(processes: list[TimedProcess], device: str) -> tuple[str, str] | Non
         return "faster_on_repeated_inputs", (
             f"in every timing process its first timed call on new inputs took at least {min(gains):.1f}x as long as its later calls on the same inputs, "
             "relative to the model solution's: it answers repeated inputs from a cache (keyed on identity or content), not by computing"
+        )
+    return baseline_anomaly(processes, device)
+
+
+def baseline_anomaly(processes: list[TimedProcess], device: str) -> tuple[str, str] | None:
+    """Grading only (the baseline in children of its own, beside a pristine copy): the model solution reached from outside."""
+    disturbed = next((p.disturbed for p in processes if p.disturbed), None)
+    if not disturbed and (not processes or not all(p.samples.others.get("pristine") for p in processes)):
+        return None
+    if disturbed:
+        return "baseline_disturbed", f"{disturbed}: another process of the user changed it (the submission's is the only one running code nobody reviewed)"
+    if device == "cpu":
+        candidate, baseline = _cpu_share(processes, "candidate"), _cpu_share(processes, "baseline")
+        if baseline < STARVED_SHARE * candidate:
+            return "baseline_disturbed", (
+                f"the model solution's child was on a CPU for {baseline:.0%} of its blocks' time, the submission's for {candidate:.0%}: "
+                "it was kept off the CPU (stopped, or crowded out) while it was timed"
+            )
+    slower = _baseline_vs_pristine(processes)
+    if slower["ratio_low"] > BASELINE_SLOWER:
+        return "baseline_slowed", (
+            f"the model solution took {slower['ratio']:.2f}x [{slower['ratio_low']:.2f}, {slower['ratio_high']:.2f}] the time of a pristine copy of itself "
+            "timed in turn with it: something reached the baseline, so the ratio is not trusted"
         )
     return None
 

@@ -11,7 +11,7 @@
                over it (`speed_config`), in several child processes; the
                ratio's confidence interval against the budget (harness.timing)
                within_budget | over_budget | inconclusive (ok, shown apart) | measured (no budget for this device)
-               | raised | crashed | timeout | error
+               | raised | crashed | timeout | error; grading: undecided in place of inconclusive (a rejection)
     speed:NAME the same, against each other baseline the yaml names under `speed.also`
     slow_fixes one record per slow fix, phase "slow_fix:<name>": a correct but slower fix, timed as `speed`
                times the fix; the speed verdict must catch it
@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import random
 import re
 import secrets
+import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -44,12 +46,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import load_case
 from harness import compiled as compile_axis
-from harness.clock import TimedProcess, anomaly, clock_figures, drive, serve
+from harness.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive, serve, stop
 from harness.compare import compare, describe
 from harness.confine import Limits
 from harness.isolate import ChildResult, Failure, run_isolated
 from harness.records import PhaseRecord
-from harness.submitted import load_submitted, submission_of
+from harness.submitted import SUBMITTED_KEY, changes, load_submitted, process_settings, submission_of
 from harness.timing import estimate_ratio, judge, steady_cpu_allocator, synchronize
 
 PHASES = ("reproduce", "fix", "correct", "speed", "slow_fixes", "bad_fixes")
@@ -67,6 +69,7 @@ class SpeedSettings:
     min_processes: int = 2
     max_processes: int = 12
     max_s: float = 20.0  # past this, a verdict still undecided is inconclusive
+    grade_max_s: float = 60.0  # grading: past this, a verdict still undecided is `undecided`, a rejection (never accepted)
     level: float = 0.95  # of the ratio's confidence interval
 
 
@@ -322,20 +325,23 @@ def _budget(speed_cfg: DictConfig | None, device: str) -> float | None:
 def _timed(
     phase: str, candidate: str, budget: float | None, cfg: DictConfig, settings: Settings, *, baseline: str = "speed_baseline", inputs: Any = None
 ) -> PhaseRecord:
-    """Time `candidate` against `baseline` (case functions by name), one child process after another.
+    """Time `candidate` against `baseline` (case functions by name), one timing process after another.
 
-    Each child serves `pairs` interleaved pairs on inputs of its own, timed by this process
-    (harness/clock.py); after each child (from `min_processes` on) the ratio's interval is compared
-    with the budget: decisive, it stops; straddling it, another child runs, until `max_s` or
-    `max_processes`, then the verdict is inconclusive. With no budget on this device, `min_processes`
-    children are measured and reported.
+    Each timing process serves `pairs` interleaved pairs on inputs of its own, timed by this process
+    (harness/clock.py); after each (from `min_processes` on) the ratio's interval is compared with the
+    budget: decisive, it stops; straddling it, another process runs, until `max_s` or `max_processes`,
+    then the verdict is inconclusive. With no budget on this device, `min_processes` are measured and reported.
 
-    Timing a submitted fix (grading), each child is confined (harness/confine.py), warms up on inputs
-    from one private seed and is timed on inputs from another, made after the warm-up; it runs more
-    pairs than a case's own timing, a number it cannot know; outputs of timed calls picked at random
-    go to the judge (their files in figures["checked_outputs"], judged by harness/grade.py); and what
-    the parent saw beside the samples (a clock that disagrees, CPU used beside or after the calls, a
-    cache answering repeated inputs) is a verdict of its own.
+    Timing a submitted fix (grading), a timing process is three children of the fork server, their blocks
+    taken in turn: the submission's (confined, harness/confine.py), the model solution's (`fixed`), and a
+    pristine copy of the model solution's; the last two never import the submitted file, so nothing it does
+    to its own process reaches what it is compared with, and the baseline's time against its pristine copy's
+    shows a leak. Each warms up on inputs from one private seed and is timed on inputs from another, made
+    after the warm-up; the submission runs more pairs than a case's own timing, a number it cannot know;
+    outputs of its timed calls picked at random go to the judge (figures["checked_outputs"], judged by
+    harness/grade.py); what the parent saw beside the samples (a clock that disagrees, CPU used beside or
+    after the calls, a cache answering repeated inputs, a baseline slowed or disturbed) is a verdict of its
+    own; and an interval that still straddles the budget after `grade_max_s` is `undecided`, a rejection.
     """
     timing = settings.speed
     graded = submission_of(cfg) is not None and candidate == SPEED_CANDIDATE
@@ -345,6 +351,8 @@ def _timed(
     checked: list[dict[str, Any]] = []
     held: dict[str, Any] = {}  # what confined children tried or left behind, over every process
     compiled_figures: dict[str, list] = {}  # per process: compile time of each side (cold or warm cache), graphs compiled while timed
+    changed: dict[str, list[str]] = {}  # what the submission's import, then its calls, changed in its process
+    max_s, max_processes = (timing.grade_max_s, 10_000) if graded else (timing.max_s, timing.max_processes)
     while True:
         seeds = {"warmup": secrets.randbelow(1 << 31), "timed": secrets.randbelow(1 << 31)} if graded else None
         process_dir = None
@@ -360,30 +368,47 @@ def _timed(
             fresh_inputs=graded,
             check_dir=process_dir,
         )
-        result = run_isolated(
-            _speed_in_child, candidate, baseline, inputs, cfg, settings, seeds, timeout_s=settings.timeout_s, talk=talk, confined=settings.limits if graded else None
-        )
+        if graded:
+            results = _graded_timing_process(talk, baseline, inputs, cfg, settings, seeds)
+        else:
+            results = {"candidate": run_isolated(_speed_in_child, candidate, baseline, inputs, cfg, settings, None, timeout_s=settings.timeout_s, talk=lambda c, pid, d: talk({"candidate": (c, pid), "baseline": (c, pid)}, d))}
+        result = results["candidate"]
         if result.status != "returned":
             return _abnormal(phase, result)
         value, failure = result.value
         if failure is not None:
             return _record(phase, "raised", False, failure.headline, result)
-        if result.talk is None:
+        for side in ("baseline", "pristine"):  # the model solution's own children: a failure there is the case's
+            if side in results and (results[side].status != "returned" or results[side].value[1] is not None):
+                broke = results[side]
+                said = broke.summary if broke.status != "returned" else f"raised {broke.value[1].headline}"
+                return _record(phase, "error", False, f"the model solution's timing child ({side}) {said}", broke)
+        timed = result.talk
+        if timed is None:
             return _record(phase, "crashed", False, "the timing child stopped answering the parent's requests", result)
         cpu_threads = value["cpu_threads"]
-        for key in ("compile_s", "recompiled_while_timed"):
-            if key in value:
-                compiled_figures.setdefault(key, []).append(value[key])
-        processes.append(result.talk)
+        for told in [value] + [results[side].value[0] for side in ("baseline",) if side in results]:
+            for key in ("compile_s", "recompiled_while_timed"):
+                if key in told:
+                    compiled_figures.setdefault(key, []).append(told[key])
+        for key in ("changed_on_import", "changed_by_its_calls"):
+            for line in value.get(key, []):
+                changed.setdefault(key, [])
+                if line not in changed[key]:
+                    changed[key].append(line)
+        processes.append(timed)
+        if timed.disturbed:  # reniced, pinned: its samples are worth nothing, and the grade ends here
+            figures = {"baseline_disturbed": timed.disturbed, **containment(result), **changed}
+            return PhaseRecord(phase, "baseline_disturbed", False, baseline_anomaly(processes, settings.device)[1], figures, round(time.monotonic() - started, 4), result.output)
         for key, said in containment(result).items():
             held[key] = held.get(key, []) + said if isinstance(said, list) else said
-        checked += [{"process": len(processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked} for index, block in enumerate(result.talk.blocks) if block.checked]
+        checked += [{"process": len(processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked} for index, block in enumerate(timed.blocks) if block.checked]
         if len(processes) < timing.min_processes:
             continue
         estimate = estimate_ratio([p.samples for p in processes], timing.level)
         verdict = judge(estimate, budget) if budget is not None else "measured"
-        if verdict is None and (len(processes) >= timing.max_processes or time.monotonic() - started >= timing.max_s):
-            verdict = "inconclusive"
+        if verdict is None and (len(processes) >= max_processes or time.monotonic() - started >= max_s):
+            verdict = "undecided" if graded else "inconclusive"
         if verdict is not None:
             break
     samples = processes[-1].samples
@@ -399,22 +424,74 @@ def _timed(
         "within_budget": f"{interval}, {times}; within budget {budget}x",
         "over_budget": f"{interval}, {times}; over budget {budget}x",
         "inconclusive": f"{interval}, {times}; the interval still straddles the budget {budget}x after {figures['seconds']} s",
+        "undecided": (
+            f"{interval}, {times}; the interval still straddles the budget {budget}x after {figures['seconds']} s: the grader could not tell, "
+            "and a grade must be decisive; grade it again on a quieter machine, or give it longer (speed.grade_max_s)"
+        ),
     }[verdict]
-    ok = verdict != "over_budget"  # inconclusive is no failure, but reports show it apart
+    ok = verdict not in ("over_budget", "undecided")  # inconclusive (a case's own timing) is no failure, but reports show it apart
     if graded:
         figures.update(checked_outputs=checked, checked_dir=str(check_dir), timed_blocks=sum(1 for p in processes for b in p.blocks if b.side == "candidate"))
         figures.update(held)
+        figures.update(changed)
         seen = anomaly(processes, settings.device)
         if seen is not None:
             verdict, ok, message = seen[0], False, f"{seen[1]} ({interval})"
+        if changed.get("changed_on_import") or changed.get("changed_by_its_calls"):
+            lines = changed.get("changed_on_import", []) + changed.get("changed_by_its_calls", [])
+            message += f"; in its own process it changed {'; '.join(lines[:8])}" + (f" and {len(lines) - 8} more" if len(lines) > 8 else "") + " (the model solution, timed apart, was not affected)"
     return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output)
 
 
+def _graded_timing_process(talk: Callable, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings, seeds: dict[str, int]) -> dict[str, ChildResult]:
+    """One timing process of a grade: the model solution's child and its pristine copy (from a config without the
+    submission: they never import it), then the submission's, confined; the parent drives all three, their
+    blocks in turn. What each child returned, by side."""
+    ungraded = OmegaConf.create({key: value for key, value in OmegaConf.to_container(cfg, resolve=True).items() if key != SUBMITTED_KEY})
+    results: dict[str, ChildResult] = {}
+    connections: dict[str, tuple[Any, int]] = {}
+
+    def then(side: str, go_on: Callable[[], Any]) -> Callable:
+        def hold(connection, pid: int, deadline: float) -> Any:
+            connections[side] = (connection, pid)
+            try:
+                return go_on()
+            finally:
+                stop(connection)  # if the candidate's child never came to answer, this one must not wait for it
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGCONT)  # a child left stopped (SIGSTOP from another process) could not hear it
+
+        return hold
+
+    def candidate_child() -> Any:
+        results["candidate"] = run_isolated(
+            _speed_in_child, SPEED_CANDIDATE, FIXED, inputs, cfg, settings, seeds, ("candidate",), timeout_s=settings.timeout_s, confined=settings.limits,
+            talk=lambda connection, pid, deadline: talk({"candidate": (connection, pid), "baseline": connections["baseline"], "pristine": connections["pristine"]}, deadline),
+        )
+
+    def pristine_child() -> Any:
+        results["pristine"] = run_isolated(_speed_in_child, FIXED, FIXED, inputs, ungraded, settings, seeds, ("pristine",), timeout_s=settings.timeout_s, talk=then("pristine", candidate_child))
+
+    results["baseline"] = run_isolated(_speed_in_child, FIXED, FIXED, inputs, ungraded, settings, seeds, ("baseline",), timeout_s=settings.timeout_s, talk=then("baseline", pristine_child))
+    results.setdefault("pristine", results["baseline"])
+    results.setdefault("candidate", results["pristine"])
+    return results
+
+
 def _speed_in_child(
-    candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings, seeds: dict[str, int] | None, *, connection
+    candidate: str,
+    baseline: str,
+    inputs: Any,
+    cfg: DictConfig,
+    settings: Settings,
+    seeds: dict[str, int] | None,
+    sides: tuple[str, ...] = ("candidate", "baseline"),
+    *,
+    connection,
 ) -> tuple[dict[str, Any] | None, Failure | None]:
-    """Serve the parent's timing requests (harness/clock.py): a case's own functions on inputs from the case
-    seed; a submitted fix (seeds given) warmed up on inputs from one seed, timed on inputs from another."""
+    """Serve the parent's timing requests (harness/clock.py) for `sides`: a case's own functions on inputs from the case
+    seed, both sides in one child; when grading (seeds given), one side per child, warmed up on inputs from one seed,
+    timed on inputs from another: the submitted fix ("candidate"), or the model solution ("baseline", "pristine")."""
     case = load_case(cfg.name)
     speed_cfg = speed_config(cfg, settings.device, inputs)
     if settings.device == "cpu":
@@ -429,20 +506,26 @@ def _speed_in_child(
     warm_inputs = make(seeds and seeds["warmup"])  # every thread; a case that cannot make its inputs is an error
     if settings.device == "cpu":
         torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
-    candidate_function, baseline_function = _function(case, candidate, cfg), getattr(case, baseline)
-    if submission_of(cfg) is not None and candidate == SPEED_CANDIDATE:  # grading: the submitted fix against the model solution
-        baseline_function = case.fixed
-    functions = {"candidate": _compiled(candidate_function, case, cfg), "baseline": _compiled(baseline_function, case, cfg)}
     told: dict[str, Any] = {}
+    functions = {}
+    for side in sides:
+        function = _function(case, candidate, cfg) if side == "candidate" else getattr(case, baseline)  # the candidate: the submission, imported here
+        told.update(changed_on_import=getattr(function, "changed_on_import", []))
+        functions[side] = _compiled(function, case, cfg)
     try:
         if compile_axis.mode_of(cfg) != "off":  # compiled before the clock starts: compile time is reported, never timed
             told["compile_s"] = {side: compile_axis.timed_first_call(function, warm_inputs, lambda: synchronize(settings.device))[1] for side, function in functions.items()}
             told["graphs"] = compile_axis.graphs_compiled()
+        before = process_settings() if seeds and "candidate" in sides else None
         serve(connection, functions, warm_inputs, settings.device, (lambda: make(seeds["timed"])) if seeds else None)
     except Exception as error:  # noqa: BLE001
         return None, Failure.from_exception(error)
     if "graphs" in told:
         told["recompiled_while_timed"] = compile_axis.graphs_compiled() - told["graphs"]
+    if before is not None:
+        told["changed_by_its_calls"] = changes(before, process_settings())
+    if not told.get("changed_on_import"):
+        told.pop("changed_on_import", None)
     return {"cpu_threads": torch.get_num_threads(), **told}, None  # plain data back
 
 

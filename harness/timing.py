@@ -15,7 +15,7 @@ import math
 import resource
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -57,6 +57,7 @@ class PairedSamples:
     baseline_s: list[float]
     calls_per_sample: int
     retaken: int = 0  # pairs taken again because the heap grew during one of their samples
+    others: dict[str, list[float]] = field(default_factory=dict)  # sides timed beside each pair (the grader's pristine baseline)
 
     @property
     def log_ratios(self) -> list[float]:
@@ -121,10 +122,14 @@ def paired_samples(
             gc.enable()
 
 
-def sample_pairs(block: Block, *, device: str, warmup: int, pairs: int, min_s: float = 0.0, before_timing: Callable[[], None] | None = None) -> PairedSamples:
+def sample_pairs(
+    block: Block, *, device: str, warmup: int, pairs: int, min_s: float = 0.0, before_timing: Callable[[], None] | None = None, others: tuple[str, ...] = ()
+) -> PairedSamples:
     """At least `pairs` samples of each side, back to back, alternating which goes first, and more until
     the samples have taken `min_s` seconds. `block(side, calls, timed)` runs `calls` calls of one side and
-    says how long each took and how many minor page faults the block caused.
+    says how long each took and how many minor page faults the block caused. `others`: more sides sampled
+    with each pair, the order of all of them rotated from one pair to the next (the grader times a pristine
+    copy of the baseline so, harness/phases.py).
 
     Load from other processes, clock drift and cache state fall on both sides of each pair. A sample is
     as many calls as last MIN_SAMPLE_S, counted by calling the baseline that long (one call's time alone
@@ -140,29 +145,29 @@ def sample_pairs(block: Block, *, device: str, warmup: int, pairs: int, min_s: f
     The garbage collector should be off while sampling, as in `timeit`: with mmseg, hydra and torch
     loaded, a full collection took 0.17-0.20 s and tripled the sample it fell in.
     """
+    sides = ("candidate", "baseline", *others)
     for _ in range(warmup):
-        block("candidate", 1, False)
-        block("baseline", 1, False)
+        for side in sides:
+            block(side, 1, False)
     calls, counted_s = 0, 0.0
     while counted_s < MIN_SAMPLE_S:
         counted_s += block("baseline", 1, False)[0]
         calls += 1
     if before_timing is not None:
         before_timing()
-    candidate_s: list[float] = []
-    baseline_s: list[float] = []
+    taken_s: dict[str, list[float]] = {side: [] for side in sides}
     retaken = 0
-    while len(candidate_s) < pairs or sum(candidate_s) + sum(baseline_s) < min_s / calls:
-        taken = {}
-        for side in ("candidate", "baseline")[:: 1 if len(candidate_s) % 2 == 0 else -1]:
-            taken[side] = block(side, calls, True)
+    while len(taken_s["candidate"]) < pairs or sum(taken_s["candidate"]) + sum(taken_s["baseline"]) < min_s / calls:
+        turn = len(taken_s["candidate"]) % len(sides)
+        order = sides[turn:] + sides[:turn] if others else sides[:: 1 if turn == 0 else -1]
+        taken = {side: block(side, calls, True) for side in order}
         fresh = any(faults > FRESH_PAGES_PER_S * seconds * calls for seconds, faults in taken.values())
         if device == "cpu" and fresh and retaken < MAX_RETAKES:
             retaken += 1
             continue
-        candidate_s.append(taken["candidate"][0])
-        baseline_s.append(taken["baseline"][0])
-    return PairedSamples(candidate_s, baseline_s, calls, retaken)
+        for side in sides:
+            taken_s[side].append(taken[side][0])
+    return PairedSamples(taken_s["candidate"], taken_s["baseline"], calls, retaken, {side: taken_s[side] for side in others})
 
 
 def estimate_ratio(processes: list[PairedSamples], level: float) -> RatioEstimate:

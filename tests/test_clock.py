@@ -1,6 +1,6 @@
 """What the parent sees beside the samples (harness/clock.py), judged on made-up timings."""
 
-from harness.clock import BlockTiming, TimedProcess, anomaly
+from harness.clock import BlockTiming, TimedProcess, anomaly, clock_figures
 from harness.timing import PairedSamples
 
 
@@ -39,3 +39,51 @@ def test_a_cache_shows_in_every_process_noise_in_one():
     cached = (0.3, 0.08, 0.08, 0.08, 0.08, 0.08)
     assert anomaly([process(candidate=cached), process(candidate=cached)], "cpu")[0] == "faster_on_repeated_inputs"
     assert anomaly([process(candidate=cached), process()], "cpu") is None
+
+
+# -- grading: the baseline in children of its own, beside a pristine copy ------------------------------
+
+
+def graded_process(baseline=(0.1,) * 6, pristine=(0.1,) * 6, baseline_share=0.99, disturbed=None):
+    blocks = []
+    for b, p in zip(baseline, pristine):
+        blocks.append(BlockTiming("candidate", 1, 0.1, 0.099, 0.099))
+        blocks.append(BlockTiming("baseline", 1, b, b * 0.99, b * baseline_share))
+        blocks.append(BlockTiming("pristine", 1, p, p * 0.99, p * 0.99))
+    return TimedProcess(PairedSamples([0.1] * len(baseline), list(baseline), 1, others={"pristine": list(pristine)}), blocks, 0.0, disturbed)
+
+
+def test_an_honest_grade_shows_nothing_and_records_the_baseline_against_its_pristine_copy():
+    honest = [graded_process(baseline=(0.1, 0.11, 0.1, 0.09, 0.1, 0.1)), graded_process()]
+    assert anomaly(honest, "cpu") is None
+    figures = clock_figures(honest)
+    assert 0.9 < figures["baseline_vs_pristine"]["ratio"] < 1.1 and figures["cpu_share"]["baseline"] > 0.9
+
+
+def test_a_baseline_slower_than_its_pristine_copy_is_a_finding():
+    slowed = [graded_process(baseline=(0.2, 0.21, 0.19, 0.2, 0.2, 0.2)), graded_process(baseline=(0.19, 0.2, 0.2, 0.21, 0.2, 0.2))]
+    status, message = anomaly(slowed, "cpu")
+    assert status == "baseline_slowed" and "pristine copy" in message
+
+
+def test_a_baseline_kept_off_the_cpu_or_reniced_is_disturbed():
+    assert anomaly([graded_process(baseline_share=0.3), graded_process(baseline_share=0.3)], "cpu")[0] == "baseline_disturbed"
+    said = "the baseline child's scheduling changed while it was timed: CPUs [0, 1] -> [0]"
+    assert anomaly([graded_process(disturbed=said), graded_process()], "cpu") == ("baseline_disturbed", f"{said}: another process of the user changed it (the submission's is the only one running code nobody reviewed)")
+
+
+def test_the_settings_an_import_changes_are_named():
+    import sys
+
+    import torch
+
+    from harness.submitted import changes, namespace_ids, process_settings
+
+    before, ids = process_settings(), namespace_ids(sys.modules[__name__])
+    previous = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = not previous
+    try:
+        said = changes(before, process_settings(), ids, namespace_ids(sys.modules[__name__]))
+    finally:
+        torch.backends.mkldnn.enabled = previous
+    assert said == [f"torch.backends.mkldnn.enabled {previous!r} -> {not previous!r}"]

@@ -86,6 +86,21 @@ def test_speed_times_the_submitted_fix_against_the_model_solution(tmp_path, envi
     assert 0.4 < phase(record, "speed").figures["ratio"] < 2.5
 
 
+def test_a_grade_that_cannot_tell_is_rejected_as_undecided_never_accepted(tmp_path, environment):
+    # a fix as fast as the model solution against a budget of 1.0x: the interval straddles it, and the grading limit is short
+    verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["speed"], "case.speed.budget.cpu=1.0", "speed.grade_max_s=0.01")
+    speed = phase(record, "speed")
+    assert speed.status == "undecided" and not speed.ok and not verdict.accepted, verdict.line
+    assert verdict.line.startswith("rejected by speed: undecided: ") and "speed.grade_max_s" in verdict.line
+
+
+def test_the_model_solution_is_timed_apart_and_beside_a_pristine_copy(tmp_path, environment):
+    _, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["speed"])
+    figures = phase(record, "speed").figures
+    assert figures["baseline_vs_pristine"]["ratio_low"] <= 1.25 and set(figures["cpu_share"]) == {"candidate", "baseline", "pristine"}
+    assert "changed_on_import" not in figures and not figures.get("changed_by_its_calls")
+
+
 # -- attacks --------------------------------------------------------------------------------------
 
 
