@@ -3,8 +3,11 @@
 The memory phase (harness/phases.py) builds a case's inputs once and calls the function under test on them
 `steps` times in an isolated child; each call is one step, state carried in the inputs as in a training loop.
 The parent drives the steps (`drive_steps`, the child runs `serve_steps`): before each step the child
-collects garbage and reports what it holds, the parent reads the child's resident memory and resets its
-high-water mark; after the step the child collects again and reports, and the parent reads the mark.
+reports what it holds, the parent reads the child's resident memory and resets its high-water mark; after
+the step the child reports again, and the parent reads the mark. The garbage collector runs as it would in
+a training loop, on its own thresholds: the harness never forces a collection between steps, so memory
+that only a collection would free (a reference cycle holding tensors, state a fix drops when it sees a
+collection) counts as it would in a real run.
 
 Sources, per device:
     cuda  the caching allocator's own counts: `memory_allocated` after each step (retained) and
@@ -30,7 +33,6 @@ it says so where a step's allocations vary.
 from __future__ import annotations
 
 import ctypes
-import gc
 import json
 import math
 import os
@@ -124,7 +126,6 @@ def source_name(device: str) -> str:
 
 
 def _held(device: str) -> dict[str, int | None]:
-    gc.collect()
     if device == "cuda":
         synchronize(device)
         return {"allocated": torch.cuda.memory_allocated(), "max_allocated": torch.cuda.max_memory_allocated()}
@@ -137,7 +138,6 @@ def serve_steps(connection, function: Callable[[Any], Any], inputs: Any, device:
     for _ in range(warmup):
         function(inputs)
     synchronize(device)
-    gc.freeze()  # what exists now stays: each step's collection scans only newer objects (a full one took 0.1-0.2 s)
     for step in range(steps):
         connection.send_bytes(json.dumps({"before": step, **_held(device)}).encode())
         connection.recv_bytes()  # the parent has read the resident set and reset its mark
