@@ -123,3 +123,16 @@ def test_on_cuda_the_allocator_sees_one_mib_per_step():  # pragma: no cover - ne
     result = run_isolated(measure_on_cuda_in_child, STEPS, timeout_s=120, talk=functools.partial(memory.drive_steps, device="cuda"))
     kept = memory.step_memory(result.talk, "cuda", 0.95)
     assert kept.growth.per_step == pytest.approx(MIB, rel=0.01) and kept.max_peak >= STEPS * MIB
+
+
+def test_a_memory_budget_needs_memory_controls(tmp_path, monkeypatch):
+    import types
+
+    from harness import cases
+
+    (tmp_path / "fake.yaml").write_text("memory:\n  budget: {cpu: {growth: 0.02}, cuda: null}\n")
+    monkeypatch.setattr(cases, "CASE_CONFIG_DIR", tmp_path)
+    case = types.ModuleType("cases.fake")
+    assert any("sets a memory budget (cpu) but `memory_fixes` is empty" in problem for problem in cases.contract_problems(case))
+    case.memory_fixes = {"keeps_the_graph": lambda inputs: None}
+    assert not any("memory" in problem for problem in cases.contract_problems(case))
