@@ -136,3 +136,19 @@ def test_a_memory_budget_needs_memory_controls(tmp_path, monkeypatch):
     assert any("sets a memory budget (cpu) but `memory_fixes` is empty" in problem for problem in cases.contract_problems(case))
     case.memory_fixes = {"keeps_the_graph": lambda inputs: None}
     assert not any("memory" in problem for problem in cases.contract_problems(case))
+
+
+def test_a_case_with_a_memory_budget_gets_a_memory_figure_beside_the_speed_figure(tmp_path, environment):
+    from harness.matrix import load_records
+    from harness.teach import Sources, _figures_section, case_figures
+
+    budget = "+case.memory={steps: 4, budget: {cpu: {growth: 0.05}}}"
+    record, path = run_case(compose_config("case=embedding_oob", "device=cpu", "phases=[memory]", budget), "cpu", tmp_path, environment)
+    records = load_records(tmp_path)
+    config = {**record.config["case"]}
+    files = case_figures("embedding_oob", Sources(config, records, grading_landed=True, any_hints=True))
+    assert files["embedding_oob.memory.png"].startswith(b"\x89PNG")
+    section = "\n".join(_figures_section("embedding_oob", Sources(config, records, True, True), list(files)))
+    assert "embedding_oob.memory.png" in section and "| fixed |" in section and "| baseline |" in section
+    del config["memory"]  # no memory budget: no memory figure (the pages of cases without one stay as they are)
+    assert "embedding_oob.memory.png" not in case_figures("embedding_oob", Sources(config, records, True, True))
