@@ -80,13 +80,28 @@ def test_the_slope_s_interval_is_exact_on_a_line_and_covers_the_truth_on_noise()
     assert math.isnan(memory.fit_slope([1.0, 2.0], 0.95).per_step)  # two points: no interval
 
 
-def test_a_step_straddling_the_growth_budget_is_inconclusive():
-    flat = memory.StepMemory("cpu", [0] * 8, [MIB] * 8, [0] * 8, memory.Slope(0.0, 0.0, 0.0, 0.95), "malloc")
-    straddling = memory.StepMemory("cpu", [0] * 8, [MIB] * 8, [0] * 8, memory.Slope(0.01 * MIB, -0.01 * MIB, 0.03 * MIB, 0.95), "malloc")
+def _steps(slope: memory.Slope, peak: int = 2 * MIB) -> memory.StepMemory:
+    return memory.StepMemory("cpu", [0] * 8, [peak] * 8, [0] * 8, {"malloc": slope, "rss": memory.Slope(0.0, 0.0, 0.0, 0.95)})
+
+
+def test_growth_is_judged_beyond_the_baseline_s_and_its_interval_decides():
+    flat = _steps(memory.Slope(0.0, 0.0, 0.0, 0.95))
+    straddling = _steps(memory.Slope(0.02 * MIB, -0.01 * MIB, 0.05 * MIB, 0.95))
     assert memory.judge_memory(straddling, flat, {"growth": 0.02}).status == "inconclusive"
     assert memory.judge_memory(flat, flat, {"growth": 0.02, "peak": 1.5}).status == "within_budget"
-    high = memory.StepMemory("cpu", [0] * 8, [2 * MIB] * 8, [0] * 8, memory.Slope(0.0, 0.0, 0.0, 0.95), "malloc")
+    high = _steps(memory.Slope(0.0, 0.0, 0.0, 0.95), peak=4 * MIB)
     assert memory.judge_memory(high, flat, {"peak": 1.5}).status == "over_budget"
+    logging = _steps(memory.Slope(0.1 * MIB, 0.1 * MIB, 0.1 * MIB, 0.95))  # both keep a log: no growth of the fix's own
+    verdict = memory.judge_memory(logging, logging, {"growth": 0.02})
+    assert verdict.status == "within_budget" and verdict.growth_fraction == 0.0
+    assert memory.judge_memory(logging, flat, {"growth": 0.02}).status == "over_budget"  # 0.05 of the 2 MiB peak
+
+
+def test_a_tiny_step_is_judged_against_at_least_one_mib():
+    tiny = _steps(memory.Slope(1500.0, 1200.0, 1900.0, 0.95), peak=40 << 10)  # a small RNN: pages and arenas, not tensors
+    flat = _steps(memory.Slope(0.0, 0.0, 0.0, 0.95), peak=40 << 10)
+    verdict = memory.judge_memory(tiny, flat, {"growth": 0.02, "peak": 1.5})
+    assert verdict.unit == memory.MIN_UNIT and verdict.status == "within_budget", verdict
 
 
 # -- the phase, on a case ------------------------------------------------------------------------------------
