@@ -107,7 +107,8 @@ def memory_figure(case: str, series: list[MemorySeries], where: str) -> bytes:
         for one in series:
             colour = MEMORY_COLOURS.get(one.label) or next(controls, "black")
             steps = range(1, len(one.retained) + 1)
-            axes.plot(steps, [value / mib for value in one.retained], color=colour, marker="o", markersize=4, linewidth=1.6, label=f"{one.label}: retained, {one.slope / mib:+.2f} MiB/step")
+            width, layer = (4.0, 2) if one.label == "buggy" else (1.4, 3)  # buggy wide and behind: a control on its line still shows it
+            axes.plot(steps, [value / mib for value in one.retained], color=colour, marker="o", markersize=4, linewidth=width, zorder=layer, label=f"{one.label}: retained, {one.slope / mib:+.2f} MiB/step")
             axes.plot(steps, [value / mib for value in one.peak], color=colour, linestyle="--", linewidth=1.0, label=f"{one.label}: peak")
         axes.set_xlabel("step (calls on one inputs object)")
         axes.set_ylabel("MiB above the level before step 1")
