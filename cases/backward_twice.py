@@ -30,8 +30,10 @@ Cause: the hidden state returned by window k's forward is part of window k's gra
     the previous window (truncated backpropagation through time: gradients stay within a window, the value carries).
 
 Fix: the tutorial's own line, `h_state = h_state.data` right after the forward, written `h_state.detach()` as torch
-    >= 0.4 recommends: the value carries on, the history does not. The speed baseline detaches where pytorch/examples'
-    word_language_model does (`repackage_hidden`, before the forward). Wrong ones: the thread's
+    >= 0.4 recommends: the value carries on, the history does not. The speed baseline is the tutorial's `.data` line
+    itself. (Detaching before the next forward instead, as pytorch/examples' word_language_model does with
+    `repackage_hidden`, is as correct, but leaves the stored state attached: it cannot take turns on one Loop with a
+    step that detaches after the forward, as the speed phase's interleaved calls do.) Wrong ones: the thread's
     `loss.backward(retain_graph=True)` keeps every window's graph alive and each backward walks the whole history
     back to the first window (full backpropagation through time with the weights each window saw then). On torch
     >= 1.5, whose optimizers bump the parameters' version counter, the second window's backward then raises
@@ -199,12 +201,12 @@ def reference(x):
 
 
 def speed_baseline(x):
-    """The window with word_language_model's placement: the carried state detached before the forward."""
+    """The tutorial's own line, `h_state = h_state.data`: the same cut, through the attribute torch 0.4 deprecated."""
     predictions = []
     for _ in range(x.windows_per_call):
         inputs, target = next_window(x)
-        h_state = None if x.h_state is None else x.h_state.detach()
-        prediction, x.h_state = x.model(inputs, h_state)
+        prediction, h_state = x.model(inputs, x.h_state)
+        x.h_state = h_state.data
         loss = nn.functional.mse_loss(prediction, target)
         x.optimizer.zero_grad()
         loss.backward()
