@@ -69,10 +69,11 @@ symptoms = {
 # from one step's graph into the next (an RNN's hidden state, a model attribute holding it, truncated BPTT).
 triage_signs = TriageSigns(needs_context=True, signs=(
     Sign("failure", r"Trying to backward through the graph a second time", 0.6, "autograd reached a graph whose saved tensors an earlier backward freed"),
-    Sign("context", r"\b(?:init_hidden|repackage_hidden|detach_hidden|reset_hidden|h_state|hidden_state|self\.hidden|self\.hx)\b|\bhidden\s*=", 0.4, "a hidden state kept from one batch to the next (init_hidden, repackage_hidden, self.hidden)"),
+    Sign("context", r"\b(?:init_hidden|repackage_hidden|detach_hidden|reset_hidden|h_state|hidden_state|self\.hidden|self\.hx)\b|\bhidden *=", 0.4, "a hidden state kept from one batch to the next (init_hidden, repackage_hidden, self.hidden)"),
     Sign("context", r"\b(?:truncated (?:BPTT|backprop\w*)|[Tt]?BPTT)\b|hidden states? (?:for|of) all|resets? (?:the )?hidden", 0.4, "truncated backpropagation through time, or a recurrent state reset between batches"),
     Sign("context", r"\bnn\.(?:LSTM|GRU|RNN)\b|\b(?:LSTM|GRU|RNN)(?:Cell)?\(|\b_LSTM\b", 0.3, "a recurrent layer, whose returned state is what gets carried into the next batch"),
     Sign("context", r"retain_graph=True.{0,40}(?:OOM|out of memory|more memory|memory blow)|(?:OOM|out of memory|more memory).{0,40}retain_graph", 0.3, "retain_graph=True made memory grow: every step's graph was kept, as a state carried across steps keeps it"),
+    Sign("context", r"cases/backward_twice\.py", 0.3, "this harness's own reproduction in the frames (a reproduce record pasted back): its traceback shows only `loss.backward()`, as a user's does"),
     Sign("veto", r"\b(?:netD|netG|[Dd]iscriminator|backward_[DG]|loss_[DG]|[DGdg]_loss|optimizer_?[DG]|opt_?[DG])\b", 0, "a GAN's generator and discriminator steps: a second backward through G's output, not a carried hidden state"),
 ))
 
