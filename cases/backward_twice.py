@@ -85,6 +85,7 @@ compiled_unit = (
     "Not the step whole: its loop state (window index, hidden state) changes every call and backward() breaks the graph"
 )
 compiles_itself = True  # make_inputs compiles the RNN with cfg.compile's backend
+carries_state = True  # each call trains the loop's next windows on the Loop it is given
 
 
 class RNN(nn.Module):

@@ -422,7 +422,7 @@ def _timed(
             return PhaseRecord(phase, "baseline_disturbed", False, baseline_anomaly(processes, settings.device)[1], figures, round(time.monotonic() - started, 4), result.output)
         for key, said in containment(result).items():
             held[key] = held.get(key, []) + said if isinstance(said, list) else said
-        checked += [{"process": len(processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked} for index, block in enumerate(timed.blocks) if block.checked]
+        checked += [{"process": len(processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked, "step": block.checked_step} for index, block in enumerate(timed.blocks) if block.checked]
         if len(processes) < timing.min_processes:
             continue
         estimate = estimate_ratio([p.samples for p in processes], timing.level)
