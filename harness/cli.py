@@ -4,7 +4,8 @@ Exit status: 0 every phase met its expectation; 1 some phase did not;
 2 the command line or config is wrong (Hydra's own config errors included);
 3 the requested device is not available.
 With fix=<file.py>:<function> (grading, harness/grade.py): 0 accepted, 1 rejected, 2 bad usage (no such
-file or function, a syntax or import error in it), 3 no device. hint=<n> and exercise=<dir> print or
+file or function, a syntax error or an exception raised by its import), 3 no device; an import that crashes,
+hangs, exits or kills its parent is a rejection (1). hint=<n> and exercise=<dir> print or
 write, then exit 0 (2 on bad usage).
 
 A multirun's summary and exit status come from its jobs' files on disk (harness/sweep.py), so

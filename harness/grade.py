@@ -68,12 +68,12 @@ from torch import nn
 from harness.cases import REQUIRED_SECTIONS, ROOT, load_case
 from harness.compare import compare, flatten_tensors
 from harness.confine import Limits
-from harness.isolate import run_isolated
+from harness.isolate import ChildResult, run_isolated
 from harness.phases import Settings, _abnormal, _call, _compiled, _difference, _record, _tolerance, fix_under_test, speed_config
 from harness.phases import run_phase as run_case_phase
 from harness.records import CaseRecord, PhaseRecord
 from harness.cases import global_names, reachable
-from harness.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file  # noqa: F401 - file_sha256 for run.py
+from harness.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
 
 IMPLAUSIBLY_FAST = 0.25  # submitted / model solution: below this the fix is flagged, not praised
 GRADED_PHASES = ("fix", "correct", "correct:second_inputs", "speed", "integrity")
@@ -116,16 +116,55 @@ def submission(spec: str, timeout_s: float) -> Submission:
 
 
 def _import_problem(submitted: Submission, timeout_s: float) -> str | None:
-    result = run_isolated(_import_in_child, submitted.path, submitted.function, timeout_s=timeout_s, confined=Limits())
+    """A usage error in the file (its import raised an exception: a missing module, a name error; no such
+    function), or None. An import that crashes, kills or stops its parent, hangs, exits or writes outside its
+    sandbox is no usage error but the submission's own doing: the grade runs and rejects it (`run_phase`)."""
+    result = import_check(submitted, timeout_s)
     if result.refused_writes or result.left_behind:
-        return None  # not a usage error but an attempt on the grader: the grade runs, and its integrity check names it
+        return None
     if result.status == "raised":
         failure = result.failure
+        if "Exception" not in failure.types:  # SystemExit, KeyboardInterrupt: it left, it did not fail to load
+            return None
         lines = re.findall(rf'File "{re.escape(submitted.path)}", line (\d+)', failure.traceback)
         return f"{submitted.path}:{lines[-1] if lines else 1}: importing it raised {failure.headline}"
     if result.status != "returned":
-        return f"{submitted.path}: importing it {result.summary}"
+        return None
     return result.value
+
+
+_IMPORTED: dict[Submission, ChildResult] = {}
+
+
+def import_check(submitted: Submission, timeout_s: float) -> ChildResult:
+    """The file imported once in a confined child of its own, per version of the file: how that ended."""
+    if submitted not in _IMPORTED:
+        _IMPORTED[submitted] = run_isolated(_import_in_child, submitted.path, submitted.function, timeout_s=timeout_s, confined=Limits())
+    return _IMPORTED[submitted]
+
+
+def import_failure(cfg: DictConfig, timeout_s: float) -> ChildResult | None:
+    """How importing the graded file went wrong (it crashed, hung, exited, killed or stopped its parent), or None."""
+    submitted = submission_of(cfg)
+    if submitted is None:
+        return None
+    result = import_check(submitted, timeout_s)
+    if result.status == "returned" and not result.refused_writes and not result.left_behind:
+        return None
+    if result.status == "raised" and "Exception" in result.failure.types:  # a usage error, refused before any phase; or changed since
+        return None
+    return result if result.status != "returned" else None
+
+
+def _not_imported(phase: str, result: ChildResult) -> Iterator[PhaseRecord]:
+    """The phases that would import the file, when its import check did not end: one verdict, every grade,
+    whichever process the import happened to take down."""
+    status = {"raised": "raised", "signalled": "crashed", "exited": "crashed", "timeout": "timeout", "limit": "crashed"}[result.status]
+    said = result.output.rpartition("[harness] ")[2].strip() if "[harness] " in result.output else ""
+    what = f"importing it {result.summary}" + (f" ({said})" if said and not result.lost_server else "")
+    for name in {"fix": ["fix"], "correct": ["correct", "correct:second_inputs"], "speed": ["speed"]}[phase]:
+        message = what if name == "fix" else f"not run: {what} (the fix check)"
+        yield _record(name, status, False, message, result, {"import_check": result.status, **({"signal": result.signal} if result.signal else {})})
 
 
 def _import_in_child(path: str, function: str) -> str | None:
@@ -160,6 +199,10 @@ def graded_config(case_cfg: DictConfig, submitted: Submission) -> DictConfig:
 
 def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
     """As `harness.phases.run_phase`, with the graded checks in place of `correct` and around fix and speed."""
+    failed = import_failure(cfg, settings.timeout_s) if phase in ("fix", "correct", "speed") else None
+    if failed is not None:
+        yield from _not_imported(phase, failed)
+        return
     if phase == "correct":
         yield correct(case, cfg, settings)
         yield correct(case, OmegaConf.merge(cfg, {"seed": private_seed(cfg.seed)}), settings, "correct:second_inputs")

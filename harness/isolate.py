@@ -33,6 +33,7 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import pickle
+import select
 import signal
 import sys
 import tempfile
@@ -92,6 +93,7 @@ class ChildResult:
     refused_writes: list[str] = field(default_factory=list)  # a confined child's writes outside its scratch directory
     confinement: str | None = None  # how a confined child was held ("landlock ABI 7; limits ..."), as it reported
     limit: str | None = None  # the limit a confined child broke, when status == "limit"
+    lost_server: str | None = None  # "killed" or "stopped": what the child did to its parent, the fork server
 
     @property
     def summary(self) -> str:
@@ -105,6 +107,8 @@ class ChildResult:
             return f"timed out after {self.seconds:.1f} s"
         if self.status == "limit":
             return f"killed: {self.limit}"
+        if self.lost_server:
+            return f"{self.lost_server} its parent process, the harness's fork server"
         return f"exited with code {self.exit_code} without a result"
 
 
@@ -129,6 +133,7 @@ def start_fork_server(modules: list[str]) -> None:
     (a usage error, --help), the server is killed rather than left importing."""
     preload(modules)
     multiprocessing.forkserver.ensure_running()
+    _SERVERS.add(_fork_server_pid())
     atexit.register(_kill_fork_server)
 
 
@@ -140,6 +145,44 @@ def _start(child: multiprocessing.process.BaseProcess) -> None:
     except (EOFError, ConnectionError, ChildProcessError):
         _forget_fork_server()
         child.start()
+    _SERVERS.add(_fork_server_pid())
+
+
+_SERVERS: set[int] = set()  # every fork server this process started: never a child's leftover, even once dead
+LOST_EXIT_CODE = 255  # what multiprocessing says of a child whose server closed the socket without its exit status
+LOST_SERVER_SETTLE_S = 3.0  # a server killed closes its sockets one by one as it dies: how long to let it finish
+
+
+def _server_lost(pid: int, settle_s: float = 0.0) -> str | None:
+    """How fork server `pid` was lost while a child ran ("killed", "stopped"), or None while it serves. The
+    same answer every time: with `settle_s` (the child's exit status was not read: LOST_EXIT_CODE), a server
+    seen alive is looked at again until it is a zombie, has closed the pipe from this process (it is dying),
+    or `settle_s` has passed. A stopped server is killed here: it could never report a child's exit, and the
+    wait for one would hang."""
+    deadline = time.monotonic() + settle_s
+    while (said := _server_state(pid)) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return said
+
+
+def _server_state(pid: int) -> str | None:
+    if not pid:
+        return None
+    state = _state(pid)
+    if state in (None, "Z", "X"):
+        return "killed"
+    if state in ("T", "t"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+        return "stopped"
+    server = multiprocessing.forkserver._forkserver
+    if server._forkserver_pid == pid and server._forkserver_alive_fd is not None:
+        with contextlib.suppress(OSError, ValueError):
+            poller = select.poll()
+            poller.register(server._forkserver_alive_fd, select.POLLOUT)
+            if any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0)):
+                return "killed"
+    return None
 
 
 def _forget_fork_server() -> None:
@@ -192,7 +235,7 @@ def run_isolated(
         ours, theirs = _FORK_SERVER.Pipe() if talk is not None else (None, None)
         if theirs is not None:
             kwargs = {**kwargs, "connection": theirs}
-        keep = set(_children_now()) | _helpers()
+        keep = set(_children_now()) | set(_descendants_now()) | _helpers()  # a sibling child re-parented here if the server dies is not this child's
         since = _ticks_since_boot()
         child = _FORK_SERVER.Process(target=_child_main, args=(function, args, kwargs, paths, work, confined), daemon=False)
         started = time.perf_counter()
@@ -208,15 +251,18 @@ def run_isolated(
                 talked = None
             finally:
                 ours.close()
-        timed_out, broke = _wait(child, max(0.0, deadline - time.monotonic()), confined)
+        timed_out, broke, lost = _wait(child, max(0.0, deadline - time.monotonic()), confined, fork_server)
         seconds = time.perf_counter() - started
         left_behind = [line for line in reaper.sweep(child.pid, keep | _helpers(), since) if not line.startswith(f"pid {child.pid} ")]
         output = _read_tail(output_path)
         extras = {"talk": talked, "left_behind": left_behind, "refused_writes": refused_writes(paths["refused"]), "confinement": _read_text(paths["confinement"])}
         if broke:  # what was killed for breaking the limit is not "left behind"
             return ChildResult("limit", seconds, output=output, limit=broke, **{**extras, "left_behind": []})
-        if fork_server and not _alive(fork_server):  # the child's exit status was lost with the server
-            return ChildResult("exited", seconds, exit_code=child.exitcode, output=output + "\n[harness] the child killed the harness's fork server (restarted for the next child)", **extras)
+        lost = lost or _server_lost(fork_server, settle_s=LOST_SERVER_SETTLE_S if child.exitcode == LOST_EXIT_CODE else 0.0)
+        if lost:  # the child's exit status was lost with the server: whatever it wrote, it crashed the harness's server
+            if fork_server == _fork_server_pid():
+                _forget_fork_server()
+            return ChildResult("exited", seconds, exit_code=None, output=output, lost_server=lost, **extras)
         if timed_out:
             return ChildResult("timeout", seconds, output=output, **extras)
         if child.exitcode < 0:
@@ -248,15 +294,6 @@ def _fork_server_pid() -> int:
     return getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None) or 0
 
 
-def _alive(pid: int) -> bool:
-    """Running, not a zombie (without reaping it: its parent's own waitpid must still find it)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
-    except OSError:
-        return False
-
-
 def _ticks_since_boot() -> int:
     """Now, on the clock of /proc/<pid>/stat's start times (less a tick, as they are rounded)."""
     try:
@@ -270,11 +307,24 @@ def _helpers() -> set[int]:
     """multiprocessing's own children of this process (started on the first child): never swept."""
     from multiprocessing import resource_tracker
 
-    return {_fork_server_pid(), getattr(resource_tracker._resource_tracker, "_pid", None) or 0}
+    return {_fork_server_pid(), *_SERVERS, getattr(resource_tracker._resource_tracker, "_pid", None) or 0}
 
 
 def _children_now() -> list[int]:
     return children_of(os.getpid())
+
+
+def _descendants_now() -> list[int]:
+    return descendants_of(os.getpid())
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter in /proc (R, S, D, T, Z...), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0].decode()
+    except (OSError, IndexError):
+        return None
 
 
 def _read_text(path: str) -> str | None:
@@ -338,21 +388,23 @@ def _child_main(function, args, kwargs, paths: dict[str, str], work: str, confin
         os._exit(exit_code)
 
 
-def _wait(child, timeout_s: float, confined: Limits | None) -> tuple[bool, str | None]:
+def _wait(child, timeout_s: float, confined: Limits | None, fork_server: int = 0) -> tuple[bool, str | None, str | None]:
     """Wait for the child; at the deadline, or past a confined child's process limit, kill its process
-    group. (timed out, the limit it broke)."""
-    broke = None
+    group. (timed out, the limit it broke, what happened to the fork server if it was lost: a stopped
+    server is killed at once, as it could never report the child's exit)."""
+    broke = lost = None
     try:
-        if confined is None:
-            child.join(timeout_s)
-        else:
-            deadline = time.monotonic() + timeout_s
-            while child.exitcode is None and time.monotonic() < deadline:
-                child.join(min(0.2, max(0.0, deadline - time.monotonic())))
-                if child.exitcode is None and len(descendants_of(child.pid)) >= confined.processes:
-                    broke = f"more than {confined.processes} processes at once"
-                    break
-        timed_out = child.exitcode is None and broke is None
+        deadline = time.monotonic() + timeout_s
+        while child.exitcode is None and time.monotonic() < deadline:
+            child.join(min(0.2, max(0.0, deadline - time.monotonic())))
+            if child.exitcode is None and confined is not None and len(descendants_of(child.pid)) >= confined.processes:
+                broke = f"more than {confined.processes} processes at once"
+                break
+            if child.exitcode is None and _state(fork_server) in ("T", "t"):
+                lost = _server_lost(fork_server)  # kills it: the sentinel then reads EOF
+                child.join(5)
+                break
+        timed_out = child.exitcode is None and broke is None and lost is None
     except BaseException:
         timed_out = True
         raise
@@ -360,8 +412,10 @@ def _wait(child, timeout_s: float, confined: Limits | None) -> tuple[bool, str |
         _kill_group(child.pid)  # the grandchildren it left behind; at the deadline the child too
         if child.exitcode is None:
             child.kill()  # in case it had not yet made its own group
+            if fork_server and _state(fork_server) in ("T", "t"):
+                lost = lost or _server_lost(fork_server)
         child.join()
-    return timed_out, broke
+    return timed_out, broke, lost
 
 
 def _kill_group(pid: int) -> None:

@@ -374,7 +374,7 @@ def _timed(
     changed: dict[str, list[str]] = {}  # what the submission's import, then its calls, changed in its process
     max_s, max_processes = (timing.grade_max_s, 10_000) if graded else (timing.max_s, timing.max_processes)
     while True:
-        seeds = {"warmup": secrets.randbelow(1 << 31), "timed": secrets.randbelow(1 << 31)} if graded else None
+        seeds = {"warmup": secrets.randbelow(1 << 31), "settle": secrets.randbelow(1 << 31), "timed": secrets.randbelow(1 << 31)} if graded else None
         process_dir = None
         if check_dir is not None:
             process_dir = check_dir / str(len(processes))
@@ -408,7 +408,7 @@ def _timed(
             return _record(phase, "crashed", False, "the timing child stopped answering the parent's requests", result)
         cpu_threads = value["cpu_threads"]
         for told in [value] + [results[side].value[0] for side in ("baseline",) if side in results]:
-            for key in ("compile_s", "recompiled_while_timed"):
+            for key in ("compile_s", "recompiled_on_new_inputs", "recompiled_while_timed"):
                 if key in told:
                     compiled_figures.setdefault(key, []).append(told[key])
         for key in ("changed_on_import", "changed_by_its_calls"):
@@ -535,6 +535,12 @@ def _speed_in_child(
     try:
         if compile_axis.mode_of(cfg) != "off":  # compiled before the clock starts: compile time is reported, never timed
             told["compile_s"] = {side: compile_axis.timed_first_call(function, warm_inputs, lambda: synchronize(settings.device))[1] for side, function in functions.items()}
+            if seeds:  # a first call on new inputs may recompile (automatic dynamic shapes): here, on a third private seed, not in the first timed block
+                compiled_before, settle_inputs = compile_axis.graphs_compiled(), make(seeds["settle"])
+                for function in functions.values():
+                    compile_axis.timed_first_call(function, settle_inputs, lambda: synchronize(settings.device))
+                told["recompiled_on_new_inputs"] = compile_axis.graphs_compiled() - compiled_before
+                del settle_inputs
             told["graphs"] = compile_axis.graphs_compiled()
         before = process_settings() if seeds and "candidate" in sides else None
         serve(connection, functions, warm_inputs, settings.device, (lambda: make(seeds["timed"])) if seeds else None)

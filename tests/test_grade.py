@@ -355,6 +355,18 @@ def test_grading_keeps_only_the_speed_comparisons_that_apply_to_a_submitted_fix(
     assert list(case_cfg.speed.also) == ["same_calls", "one_step"]  # the case's own run keeps both
 
 
+def test_a_file_whose_import_kills_its_parent_is_rejected_with_exit_1_never_bad_usage(tmp_path):
+    (tmp_path / "kills.py").write_text("import os\nimport signal\n\nos.kill(os.getppid(), signal.SIGKILL)\n\n\ndef fix(x):\n    return x\n")
+    for _ in range(2):
+        run = harness("case=embedding_oob", "device=cpu", "phases=[fix,correct]", f"fix={tmp_path}/kills.py:fix", tmp_path=tmp_path)
+        verdict = run.stdout.strip().splitlines()[-1]
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert verdict.startswith("rejected by fix: crashed: importing it killed its parent process, the harness's fork server"), verdict
+    (tmp_path / "missing.py").write_text("import os\n\n\ndef fix(x):\n    return x\n")
+    run = harness("case=embedding_oob", "device=cpu", f"fix={tmp_path}/missing.py:no_such_function", tmp_path=tmp_path)
+    assert run.returncode == 2 and "no function 'no_such_function'" in run.stderr, run.stderr  # exit 2 stays for what does not exist
+
+
 def test_where_a_case_sets_a_memory_budget_the_fix_is_judged_on_memory_too(tmp_path, environment):
     budget = "+case.memory={steps: 8, budget: {cpu: {growth: 0.05, peak: 1.5}}}"  # as a case with a memory budget's yaml
     verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["memory"], budget)

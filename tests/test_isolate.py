@@ -153,3 +153,20 @@ def test_a_fork_server_killed_and_reaped_behind_multiprocessings_back_is_replace
     os.waitpid(server, 0)
     result = run_isolated(os.getppid, timeout_s=60)
     assert result.status == "returned" and result.value not in (server, os.getpid()), result.summary
+
+
+def _signal_the_parent_then_return(signal_number):
+    os.kill(os.getppid(), signal_number)
+    time.sleep(0.5)  # the server dies, or stops, while this child still runs; then it returns as if all went well
+    return "fine"
+
+
+@pytest.mark.parametrize(("signal_number", "lost"), [(signal.SIGKILL, "killed"), (signal.SIGTERM, "killed"), (signal.SIGSTOP, "stopped")])
+def test_a_child_that_kills_or_stops_its_fork_server_gets_the_same_result_every_time(signal_number, lost):
+    for _ in range(3):
+        started = time.monotonic()
+        result = run_isolated(_signal_the_parent_then_return, signal_number, timeout_s=60)
+        assert (result.status, result.lost_server) == ("exited", lost), result.summary
+        assert result.summary == f"{lost} its parent process, the harness's fork server" and not result.left_behind
+        assert time.monotonic() - started < 30  # a stopped server is killed, never waited for until the deadline
+        assert run_isolated(_add, 1, 2, timeout_s=60).value == 3  # the next child gets a new server
