@@ -25,6 +25,9 @@ name. The module provides plain names, no base class:
     memory_fixes     {name: inputs -> output}: memory controls, wrong fixes that keep every step's memory (e.g.
                      `retain_graph=True`); the memory verdict must flag each. Required where the yaml sets a
                      memory budget for any device; not judged on correctness by the memory phase
+    carries_state    (optional) True: each call is a training step that advances the state in its inputs (the memory
+                     contract), so a grade checks a timed output against the reference taken after the model
+                     solution has replayed the calls before it on fresh inputs
     preload          (optional) () -> None: slow imports every child needs (an upstream package); the fork
                      server calls it once (harness/preload.py), so neither the children nor the harness's
                      own process pay for them

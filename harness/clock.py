@@ -50,6 +50,7 @@ class BlockTiming:
     child_s: float  # the child's own figure for it
     cpu_s: float  # CPU time of the child's processes during the block
     checked: str | None = None  # the file of the output sent to the judge
+    checked_step: int | None = None  # how many calls its child had made on its current inputs before that output's call
 
 
 @dataclass
@@ -164,8 +165,12 @@ def drive(
         idle_since[pid] = tree_cpu_s(pid)
         return answer
 
+    calls_on_inputs: dict[int, int] = {}  # per child: calls since its inputs were made (a stepwise case's state advances)
+
     def block(side: str, calls: int, is_timed: bool) -> tuple[float, int]:
         connection, pid = children[side]
+        before = calls_on_inputs.get(pid, 0)
+        calls_on_inputs[pid] = before + calls
         faults, cpu = minor_faults(pid), tree_cpu_s(pid)
         if is_timed and pid == candidate_pid and pid in idle_since:
             timed.outside_cpu_s += max(0.0, cpu - idle_since[pid])
@@ -173,13 +178,14 @@ def drive(
         answer = json.loads(ask(connection, {"op": "run", "side": side, "calls": calls}))
         seconds = time.perf_counter() - started
         cpu_s, faulted = tree_cpu_s(pid) - cpu, minor_faults(pid) - faults
-        checked = None
+        checked = step = None
         if is_timed and side == "candidate" and check_dir is not None and secrets.randbelow(1 << 20) < CHECK_PROBABILITY * (1 << 20):
-            checked = _keep(settle(side, {"op": "send", "index": secrets.randbelow(calls)}), check_dir, len(timed.blocks))
+            index = secrets.randbelow(calls)
+            checked, step = _keep(settle(side, {"op": "send", "index": index}), check_dir, len(timed.blocks)), before + index
         else:
             settle(side, {"op": "drop"})
         if is_timed:
-            timed.blocks.append(BlockTiming(side, calls, seconds, float(answer.get("s", 0.0)), cpu_s, checked))
+            timed.blocks.append(BlockTiming(side, calls, seconds, float(answer.get("s", 0.0)), cpu_s, checked, step))
             if pid in watched and timed.disturbed is None:
                 now = process_settings(pid)
                 if now != watched[pid]:
@@ -193,6 +199,7 @@ def drive(
             first_side.setdefault(pid, side)
         for side in first_side.values():  # each child once
             settle(side, {"op": "fresh_inputs"})
+        calls_on_inputs.clear()
 
     try:
         with contextlib.suppress(_Disturbed):

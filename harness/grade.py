@@ -395,13 +395,23 @@ def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings
 def _judge_timed_in_child(cfg: DictConfig, device: str, inputs: Any, kept: list[dict[str, Any]]) -> tuple[int, str]:
     """(how many kept outputs are wrong, what was wrong with the first), one reference per timing process's seed."""
     case = load_case(cfg.name)
+    stateful = getattr(case, "carries_state", False)  # each call advances the state in its inputs (a training step)
     wrong, first = 0, ""
     for seed in dict.fromkeys(entry["seed"] for entry in kept):
         seeded = OmegaConf.merge(speed_config(cfg, device, inputs), {"seed": seed})
         want, failure = _call(case.reference, case.make_inputs(seeded, device), device)
         if failure is not None:
             raise RuntimeError(f"the reference itself failed: {failure.headline}")
-        for entry in (e for e in kept if e["seed"] == seed):
+        replayed: dict[int, list] = {}  # stateful: per timing process, its inputs and how many calls of `fixed` they have had
+        for entry in sorted((e for e in kept if e["seed"] == seed), key=lambda e: e.get("step") or 0):
+            if stateful:  # the model solution replays the calls before the checked one, then the reference takes that state
+                state = replayed.setdefault(entry["process"], [case.make_inputs(seeded, device), 0])
+                for _ in range(entry["step"] - state[1]):
+                    case.fixed(state[0])
+                state[1] = entry["step"]
+                want, failure = _call(case.reference, state[0], device)
+                if failure is not None:
+                    raise RuntimeError(f"the reference itself failed: {failure.headline}")
             status, message = _judge_kept(entry["path"], flatten_tensors(want), cfg)
             if status != "passed":
                 wrong += 1

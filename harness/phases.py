@@ -313,7 +313,8 @@ def _compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dic
     if failure is not None:
         return None, failure
     partial = candidate.startswith(SLOW_FIX) and hasattr(case, SPEED_CANDIDATE)
-    want, failure = _call(case.speed_reference if partial else case.reference, inputs, device)
+    fresh = case.make_inputs(cfg, device)  # a training step advances the state it is given (the memory contract): the reference starts where the candidate did
+    want, failure = _call(case.speed_reference if partial else case.reference, fresh, device)
     if failure is not None:
         raise RuntimeError(f"the reference itself failed: {failure.headline}")
     return compare(got, want, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol), None
@@ -421,7 +422,7 @@ def _timed(
             return PhaseRecord(phase, "baseline_disturbed", False, baseline_anomaly(processes, settings.device)[1], figures, round(time.monotonic() - started, 4), result.output)
         for key, said in containment(result).items():
             held[key] = held.get(key, []) + said if isinstance(said, list) else said
-        checked += [{"process": len(processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked} for index, block in enumerate(timed.blocks) if block.checked]
+        checked += [{"process": len(processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked, "step": block.checked_step} for index, block in enumerate(timed.blocks) if block.checked]
         if len(processes) < timing.min_processes:
             continue
         estimate = estimate_ratio([p.samples for p in processes], timing.level)

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from cases import autocast_device as autocast_case, codebook_oob as codebook_case, ddp_unused_parameters as layerdrop_case
+from cases import autocast_device as autocast_case, backward_twice as twice_case, codebook_oob as codebook_case, ddp_unused_parameters as layerdrop_case
 from cases import inplace_modified as inplace_case, multigpu_segfault as ddp_case
 from cases._ddp_worker import launch
 
@@ -109,3 +109,20 @@ def _rank_averaging_gradients_itself(job):
 def ddp_unused_parameters(job):
     """No DDP: each rank sums every gradient and a used-flag per parameter in one all-reduce, then averages."""
     return layerdrop_case.every_rank(launch(_rank_averaging_gradients_itself, job, nprocs=job.ranks, deadline_s=job.deadline_s))
+
+
+def backward_twice(x):
+    """pytorch/examples' word_language_model placement: the carried state repackaged (detached) before each window's
+    forward, rather than after the forward that made it."""
+    predictions = []
+    for _ in range(x.windows_per_call):
+        inputs, target = twice_case.next_window(x)
+        repackaged = None if x.h_state is None else x.h_state.detach()
+        prediction, x.h_state = x.model(inputs, repackaged)
+        loss = torch.nn.functional.mse_loss(prediction, target)
+        x.optimizer.zero_grad()
+        loss.backward()
+        x.optimizer.step()
+        predictions.append(prediction)
+    return twice_case.trained(x, predictions)
+
