@@ -3,7 +3,7 @@
 Exit status: 0 every phase met its expectation; 1 some phase did not;
 2 the command line or config is wrong (Hydra's own config errors included);
 3 the requested device is not available.
-With fix=<file.py>:<function> (grading, harness/grade.py): 0 accepted, 1 rejected, 2 bad usage (no such
+With fix=<file.py>:<function> (grading, harness/grading/grade.py): 0 accepted, 1 rejected, 2 bad usage (no such
 file or function, a syntax error or an exception raised by its import), 3 no device; an import that crashes,
 hangs, exits or kills its parent is a rejection (1). hint=<n> and exercise=<dir> print or
 write, then exit 0 (2 on bad usage).
@@ -31,7 +31,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness import compiled as compile_axis
-from harness import grade, sweep
+from harness import sweep
+from harness.grading import grade
 from harness.cases import ROOT, case_names, load_case
 from harness.report import print_progress, print_report
 from harness.records import slurm_job

@@ -1,11 +1,14 @@
-"""Compare a candidate output with the reference: integers exactly, floats within tolerance."""
+"""Compare a candidate output with the reference: integers exactly, floats within tolerance; and the tensors and
+plain values inputs hold by path (`snapshot`), which grading and the timing protocol both read."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
 import torch
+from torch import nn
 
 
 def flatten_tensors(output: Any) -> list[torch.Tensor]:
@@ -67,3 +70,36 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float) -> dict[str, Any]:
         figures["relative_error"] = relative_error
         figures["snr_db"] = math.inf if relative_error == 0 else -20 * math.log10(relative_error)
     return figures
+
+
+def snapshot(value: Any, path: str = "inputs") -> dict[str, Any]:
+    """Every tensor and plain value in the inputs by path: tuples and NamedTuples, lists, dicts, and a
+    module's parameters, buffers and plain attributes (of each submodule)."""
+    if isinstance(value, torch.Tensor):
+        return {path: value.detach()}
+    if isinstance(value, nn.Module):
+        found = {f"{path}.{name}": tensor.detach() for name, tensor in itertools.chain(value.named_parameters(), value.named_buffers())}
+        for name, module in value.named_modules():
+            for key, attribute in vars(module).items():
+                if not key.startswith("_"):
+                    found[f"{path}{'.' + name if name else ''}.{key}"] = _plain(attribute)
+        return found
+    if isinstance(value, dict):
+        return {k: v for key in value for k, v in snapshot(value[key], f"{path}[{key!r}]").items()}
+    if isinstance(value, (tuple, list)):
+        names = getattr(value, "_fields", None) or [f"[{index}]" for index in range(len(value))]
+        return {k: v for name, item in zip(names, value) for k, v in snapshot(item, f"{path}.{name}".replace(".[", "[")).items()}
+    return {path: _plain(value)}
+
+
+def _plain(value: Any) -> Any:
+    """A value `torch.load(weights_only=True)` reads back and `==` compares: opaque objects by their type."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (torch.dtype, torch.device)):
+        return str(value)
+    if isinstance(value, (tuple, list)) and all(item is None or isinstance(item, (bool, int, float, str)) for item in value):
+        return tuple(value)
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"function {getattr(value, '__module__', '?')}.{value.__qualname__}"
+    return f"object {type(value).__module__}.{type(value).__qualname__}"

@@ -28,7 +28,7 @@
 
 "error" means the case itself broke (e.g. `make_inputs` raised): not a verdict on the bug.
 Children get the case by name (`cfg.name`) and import it from the fork server's preload.
-When a submitted fix is graded (harness/grade.py), `fix_under_test` hands fix, correct and speed that
+When a submitted fix is graded (harness/grading/grade.py), `fix_under_test` hands fix, correct and speed that
 fix instead of `fixed`, and speed times it against the case's own `fixed`.
 """
 
@@ -54,12 +54,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import Growth, load_case
 from harness import compiled as compile_axis
-from harness.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive, serve, stop
+from harness.grading.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive, serve, stop
 from harness.compare import compare, describe
-from harness.confine import Limits
+from harness.grading.confine import Limits
 from harness.isolate import ChildResult, Failure, run_isolated
 from harness.records import PhaseRecord
-from harness.submitted import SUBMITTED_KEY, changes, load_submitted, process_settings, submission_of
+from harness.grading.submitted import SUBMITTED_KEY, changes, load_submitted, process_settings, submission_of
 from harness.timing import estimate_ratio, judge, steady_cpu_allocator, synchronize
 from harness import memory as memory_source
 
@@ -90,7 +90,7 @@ class Settings:
     timeout_s: float
     speed: SpeedSettings = SpeedSettings()
     cpu_threads: int = 1
-    limits: Limits = Limits()  # for children that run a submitted fix (harness/confine.py)
+    limits: Limits = Limits()  # for children that run a submitted fix (harness/grading/confine.py)
     memory: memory_source.MemorySettings = memory_source.MemorySettings()
 
 
@@ -348,18 +348,18 @@ def _timed(
     """Time `candidate` against `baseline` (case functions by name), one timing process after another.
 
     Each timing process serves `pairs` interleaved pairs on inputs of its own, timed by this process
-    (harness/clock.py); after each (from `min_processes` on) the ratio's interval is compared with the
+    (harness/grading/clock.py); after each (from `min_processes` on) the ratio's interval is compared with the
     budget: decisive, it stops; straddling it, another process runs, until `max_s` or `max_processes`,
     then the verdict is inconclusive. With no budget on this device, `min_processes` are measured and reported.
 
     Timing a submitted fix (grading), a timing process is three children of the fork server, their blocks
-    taken in turn: the submission's (confined, harness/confine.py), the model solution's (`fixed`), and a
+    taken in turn: the submission's (confined, harness/grading/confine.py), the model solution's (`fixed`), and a
     pristine copy of the model solution's; the last two never import the submitted file, so nothing it does
     to its own process reaches what it is compared with, and the baseline's time against its pristine copy's
     shows a leak. Each warms up on inputs from one private seed and is timed on inputs from another, made
     after the warm-up; the submission runs more pairs than a case's own timing, a number it cannot know;
     outputs of its timed calls picked at random go to the judge (figures["checked_outputs"], judged by
-    harness/grade.py); what the parent saw beside the samples (a clock that disagrees, CPU used beside or
+    harness/grading/grade.py); what the parent saw beside the samples (a clock that disagrees, CPU used beside or
     after the calls, a cache answering repeated inputs, a baseline slowed or disturbed) is a verdict of its
     own; and an interval that still straddles the budget after `grade_max_s` is `undecided`, a rejection.
     """
@@ -509,7 +509,7 @@ def _speed_in_child(
     *,
     connection,
 ) -> tuple[dict[str, Any] | None, Failure | None]:
-    """Serve the parent's timing requests (harness/clock.py) for `sides`: a case's own functions on inputs from the case
+    """Serve the parent's timing requests (harness/grading/clock.py) for `sides`: a case's own functions on inputs from the case
     seed, both sides in one child; when grading (seeds given), one side per child, warmed up on inputs from one seed,
     timed on inputs from another: the submitted fix ("candidate"), or the model solution ("baseline", "pristine")."""
     case = load_case(cfg.name)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import ROOT
-from harness.submitted import Submission
+from harness.grading.submitted import Submission
 
 UPSTREAM_PACKAGES = ("torch", "snac", "speechbrain", "torchaudio", "mmsegmentation", "mmengine", "mmcv", "mmcv-lite", "hydra-core", "numpy")
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from harness import compiled as compile_axis
-from harness import grade
+from harness.grading import grade
 from harness.cases import case_names, case_text, fork_server_modules, load_case
 from harness.isolate import preload, run_isolated
 from harness.memory import MemorySettings

@@ -105,7 +105,7 @@ def paired_samples(
     min_s: float = 0.0,
 ) -> PairedSamples:
     """`sample_pairs` in this process, timed by `perf_counter` (CUDA: events); the speed phase times its
-    children from the parent instead (harness/clock.py)."""
+    children from the parent instead (harness/grading/clock.py)."""
     functions = {"candidate": candidate, "baseline": baseline}
 
     def block(side: str, calls: int, timed: bool) -> tuple[float, int]:

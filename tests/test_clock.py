@@ -1,6 +1,6 @@
-"""What the parent sees beside the samples (harness/clock.py), judged on made-up timings."""
+"""What the parent sees beside the samples (harness/grading/clock.py), judged on made-up timings."""
 
-from harness.clock import BlockTiming, TimedProcess, anomaly, clock_figures
+from harness.grading.clock import BlockTiming, TimedProcess, anomaly, clock_figures
 from harness.timing import PairedSamples
 
 
@@ -77,7 +77,7 @@ def test_the_settings_an_import_changes_are_named():
 
     import torch
 
-    from harness.submitted import changes, namespace_ids, process_settings
+    from harness.grading.submitted import changes, namespace_ids, process_settings
 
     before, ids = process_settings(), namespace_ids(sys.modules[__name__])
     previous = torch.backends.mkldnn.enabled

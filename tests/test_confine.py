@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from harness.confine import Limits
+from harness.grading.confine import Limits
 from harness.isolate import run_isolated
 
 

@@ -16,11 +16,11 @@ import pytest
 import torch
 from torch import nn
 
-from harness import grade
+from harness.grading import grade
 from harness.cases import ROOT, case_names, load_case
 from harness.records import load_record
 from harness.run import ConfigError, run_case, validate
-from harness.submitted import file_sha256
+from harness.grading.submitted import file_sha256
 from tests.conftest import compose_config
 
 FIXES = ROOT / "tests" / "fixes"
@@ -344,7 +344,7 @@ def test_grading_keeps_only_the_speed_comparisons_that_apply_to_a_submitted_fix(
     # ddp_unused_parameters times one in-process step against another baseline; a graded fix is a whole launch
     from omegaconf import OmegaConf
 
-    from harness.submitted import Submission
+    from harness.grading.submitted import Submission
 
     case_cfg = OmegaConf.create({"speed": {"budget": {"cpu": 1.25}, "grade_budget": {"cpu": 1.5}, "also": {
         "same_calls": {"baseline": "upstream", "budget": {"cpu": 1.0}},

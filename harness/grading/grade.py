@@ -17,7 +17,7 @@ fix written by someone else needs and the case's own does not:
                            alone (`secrets`; recorded afterwards), in fresh processes: a remembered or
                            hard-coded result fails there.
     speed                  the submitted fix timed against the case's `fixed` (the model solution) on the
-                           parent's clock (harness/clock.py), judged against `speed.grade_budget` where a case
+                           parent's clock (harness/grading/clock.py), judged against `speed.grade_budget` where a case
                            sets one, else `speed.budget`; then, first failure first:
                                timed_output_wrong         a timed output picked after its call differs from the
                                                           reference for its inputs (judged in a clean child)
@@ -35,7 +35,7 @@ fix written by someone else needs and the case's own does not:
                            restored: tampered), no write outside the sandbox attempted (wrote_outside_sandbox),
                            no process of the submission left running (left_processes, killed).
 
-Every child that imports the submitted file confines itself first (harness/confine.py: Landlock, a
+Every child that imports the submitted file confines itself first (harness/grading/confine.py: Landlock, a
 write guard, rlimits); the harness's own process never imports it.
 A crash or a hang is the verdict `crashed` or `timeout`. The verdict comes from the records, never
 from what the submitted code printed. What the graded process reports about its inputs could be
@@ -51,7 +51,6 @@ import difflib
 import hashlib
 import inspect
 import io
-import itertools
 import re
 import secrets
 import shutil
@@ -63,17 +62,16 @@ from typing import Any, Iterator
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from torch import nn
 
 from harness.cases import REQUIRED_SECTIONS, ROOT, load_case
-from harness.compare import compare, flatten_tensors
-from harness.confine import Limits
+from harness.compare import compare, flatten_tensors, snapshot
+from harness.grading.confine import Limits
 from harness.isolate import ChildResult, run_isolated
 from harness.phases import Settings, _abnormal, _call, _compiled, _difference, _record, _tolerance, fix_under_test, speed_config
 from harness.phases import run_phase as run_case_phase
 from harness.records import CaseRecord, PhaseRecord
 from harness.cases import global_names, reachable
-from harness.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
+from harness.grading.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
 
 IMPLAUSIBLY_FAST = 0.25  # submitted / model solution: below this the fix is flagged, not praised
 GRADED_PHASES = ("fix", "correct", "correct:second_inputs", "speed", "integrity")
@@ -332,41 +330,8 @@ def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().reshape(-1).contiguous().view(torch.uint8)
 
 
-def snapshot(value: Any, path: str = "inputs") -> dict[str, Any]:
-    """Every tensor and plain value in the inputs by path: tuples and NamedTuples, lists, dicts, and a
-    module's parameters, buffers and plain attributes (of each submodule)."""
-    if isinstance(value, torch.Tensor):
-        return {path: value.detach()}
-    if isinstance(value, nn.Module):
-        found = {f"{path}.{name}": tensor.detach() for name, tensor in itertools.chain(value.named_parameters(), value.named_buffers())}
-        for name, module in value.named_modules():
-            for key, attribute in vars(module).items():
-                if not key.startswith("_"):
-                    found[f"{path}{'.' + name if name else ''}.{key}"] = _plain(attribute)
-        return found
-    if isinstance(value, dict):
-        return {k: v for key in value for k, v in snapshot(value[key], f"{path}[{key!r}]").items()}
-    if isinstance(value, (tuple, list)):
-        names = getattr(value, "_fields", None) or [f"[{index}]" for index in range(len(value))]
-        return {k: v for name, item in zip(names, value) for k, v in snapshot(item, f"{path}.{name}".replace(".[", "[")).items()}
-    return {path: _plain(value)}
-
-
-def _plain(value: Any) -> Any:
-    """A value `torch.load(weights_only=True)` reads back and `==` compares: opaque objects by their type."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (torch.dtype, torch.device)):
-        return str(value)
-    if isinstance(value, (tuple, list)) and all(item is None or isinstance(item, (bool, int, float, str)) for item in value):
-        return tuple(value)
-    if callable(value) and hasattr(value, "__qualname__"):
-        return f"function {getattr(value, '__module__', '?')}.{value.__qualname__}"
-    return f"object {type(value).__module__}.{type(value).__qualname__}"
-
-
 def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    """The timed calls' outputs the parent kept (harness/clock.py), against the reference for the same
+    """The timed calls' outputs the parent kept (harness/grading/clock.py), against the reference for the same
     inputs, computed in a clean child; a wrong one rejects the fix, whatever its speed."""
     kept = record.figures.pop("checked_outputs", None)
     check_dir = record.figures.pop("checked_dir", None)

@@ -14,7 +14,7 @@ page faults around every block, so it sees work that escapes the clock:
 
 When grading, the parent picks after each candidate block, at random (CHECK_PROBABILITY), whether the
 child sends one of that block's outputs back; the grader compares those with the reference in a clean
-process (harness/grade.py). The child cannot tell a checked call from any other: the choice is made
+process (harness/grading/grade.py). The child cannot tell a checked call from any other: the choice is made
 after the call has returned, in the parent.
 """
 
@@ -33,8 +33,8 @@ from typing import Any, Callable
 
 import torch
 
-from harness.compare import flatten_tensors
-from harness.confine import minor_faults, tree_cpu_s
+from harness.compare import flatten_tensors, snapshot
+from harness.grading.confine import minor_faults, tree_cpu_s
 from harness.timing import PairedSamples, estimate_ratio, sample_pairs
 
 CHECK_PROBABILITY = 0.9  # of a timed candidate block: one of its outputs goes to the judge
@@ -112,8 +112,6 @@ def _child_clock(run: Callable[[], None], device: str) -> float:
 
 def _touch(inputs: Any) -> None:
     """Read every tensor of fresh inputs once, so that whichever side is timed first does not pay for their first touch."""
-    from harness.grade import snapshot
-
     for value in snapshot(inputs).values():
         if isinstance(value, torch.Tensor) and value.numel():
             value.float().sum() if not value.is_floating_point() else value.sum()
