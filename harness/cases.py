@@ -21,12 +21,21 @@ name. The module provides plain names, no base class:
                      harness compiles `buggy`, `fixed` and each timed, slow or bad fix whole, never `reference`
     compiles_itself  (optional) True: the harness cannot compile the unit from outside (a launcher's ranks); the
                      case compiles it where it runs, reading the backend from `cfg.compile`
+    memory_baseline  (optional) inputs -> output: what the memory phase compares the fix with, default `speed_baseline`
+    memory_fixes     {name: inputs -> output}: memory controls, wrong fixes that keep every step's memory (e.g.
+                     `retain_graph=True`); the memory verdict must flag each. Required where the yaml sets a
+                     memory budget for any device; not judged on correctness by the memory phase
     preload          (optional) () -> None: slow imports every child needs (an upstream package); the fork
                      server calls it once (harness/preload.py), so neither the children nor the harness's
                      own process pay for them
     triage_signs     TriageSigns(signs=(Sign(kind, pattern, weight, why), ...)): how `python -m harness.triage`
                      recognises this failure's family in a pasted log; placed right after `symptoms`,
                      literal data only (triage reads it from the source, without importing the case)
+
+The memory phase calls a function `memory.steps` times on one inputs object (harness/memory.py): a case whose
+failure grows with steps writes `buggy`, `fixed`, its controls and baselines as one training step on `inputs`
+(model, optimizer, carried state in `inputs`) that may be called again and again. Its symptom on a device
+where nothing raises is `Growth(at_least=...)`: memory retained per step, measured.
 
 An exception raised by `buggy` may carry a `figures` dict of plain values (e.g.
 how long teardown took); the reproduce record keeps them.
@@ -95,6 +104,26 @@ class Symptom:
 
 
 @dataclass(frozen=True)
+class Growth:
+    """A failure that is memory growing step after step until the device runs out (no error where it is measured).
+
+    The reproduce phase runs `buggy` for `memory.steps` steps on one inputs object (harness/memory.py) and
+    expects the lower bound of its retained memory's slope to be at least `at_least` x the baseline's peak
+    per step. `oom` is the text a real run ends with on that device (e.g. "CUDA out of memory"), for the
+    record and triage: the growth is measured, an OOM is never waited for. `fixed_in` as for `Symptom`.
+    """
+
+    at_least: float
+    oom: str | None = None
+    fixed_in: str | None = None
+
+    def expected_on(self, torch_version: str) -> bool:
+        from torch.torch_version import TorchVersion
+
+        return self.fixed_in is None or TorchVersion(torch_version) < self.fixed_in
+
+
+@dataclass(frozen=True)
 class CaseText:
     title: str
     sections: dict[str, str]
@@ -131,6 +160,9 @@ def contract_problems(case: ModuleType) -> list[str]:
     budgets = _speed_budgets(case)
     if budgets and not getattr(case, "slow_fixes", None):
         problems.append(f"the yaml sets a speed budget ({', '.join(budgets)}) but `slow_fixes` is empty: nothing shows the speed verdict can fail")
+    memory_budgets = _budgets(case, "memory")
+    if memory_budgets and not getattr(case, "memory_fixes", None):
+        problems.append(f"the yaml sets a memory budget ({', '.join(memory_budgets)}) but `memory_fixes` is empty: nothing shows the memory verdict can fail")
     if getattr(case, "slow_fixes", None) and hasattr(case, "speed_candidate") and not hasattr(case, "speed_reference"):
         problems.append("`slow_fixes` stand in for `speed_candidate`, so the case needs `speed_reference`")
     try:
@@ -143,10 +175,15 @@ def contract_problems(case: ModuleType) -> list[str]:
 
 def _speed_budgets(case: ModuleType) -> list[str]:
     """The devices the case's yaml sets a speed budget for."""
+    return _budgets(case, "speed")
+
+
+def _budgets(case: ModuleType, section: str) -> list[str]:
+    """The devices the case's yaml sets a budget for in `section` (speed, memory)."""
     path = CASE_CONFIG_DIR / f"{case.__name__.rpartition('.')[2]}.yaml"
     if not path.exists():
         return []
-    budget = (yaml.safe_load(path.read_text()).get("speed") or {}).get("budget") or {}
+    budget = (yaml.safe_load(path.read_text()).get(section) or {}).get("budget") or {}
     return sorted(device for device, value in budget.items() if value is not None)
 
 

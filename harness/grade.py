@@ -25,6 +25,11 @@ fix written by someone else needs and the case's own does not:
                                work_beside_the_clock      CPU beyond one core during a block, or while it should idle
                                faster_on_repeated_inputs  a cache answers the timed inputs after their first call
                                implausibly_fast           below IMPLAUSIBLY_FAST times the model solution
+    memory                 where the case sets a memory budget: the submitted fix's memory over the steps
+                           (harness/memory.py), in a confined child, against `memory_baseline` in a child
+                           that never imports it, over a number of steps the submission cannot know;
+                           its resident memory read from outside its process. An interval that still
+                           straddles the budget is `undecided`, a rejection. Without a budget: figures only.
     integrity              last, in this process: the project's sources byte-identical (a changed one is
                            restored: tampered), no write outside the sandbox attempted (wrote_outside_sandbox),
                            no process of the submission left running (left_processes, killed).
@@ -160,6 +165,8 @@ def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings)
             yield _name_the_symptom(record, case, settings.device)
         elif record.phase == "speed" or record.phase.startswith("speed:"):
             yield _flag_implausibly_fast(check_timed_outputs(record, cfg, settings))
+        elif record.phase == "memory" and record.status == "inconclusive":
+            yield dataclasses.replace(record, status="undecided", ok=False, message=record.message + "; a grade must be decisive")
         else:
             yield record
 
@@ -410,6 +417,8 @@ def _name_the_symptom(record: PhaseRecord, case: ModuleType, device: str) -> Pha
     """A fix that still raises the case's own error says so: the bug is still there."""
     symptom = case.symptoms[device]
     raised = record.message.partition(":")[0]
+    if not hasattr(symptom, "exception"):  # a `Growth` symptom raises nothing
+        return record
     if record.status == "raised" and (raised == symptom.exception or re.search(symptom.message, record.message)):
         return dataclasses.replace(record, message=f"{record.message} (the case's own symptom: the bug is still there)")
     return record
@@ -432,7 +441,7 @@ def _flag_implausibly_fast(record: PhaseRecord) -> PhaseRecord:
 def verdict(record: CaseRecord) -> Verdict:
     """Accepted when every graded check that ran passed, with what was checked; else the first failing one
     (the integrity check first: it names what a submission did to the grader), with its evidence."""
-    graded = [phase for phase in record.phases if phase.phase in GRADED_PHASES]
+    graded = [phase for phase in record.phases if phase.phase in GRADED_PHASES or _memory_judged(phase)]
     failed = sorted((phase for phase in graded if not phase.ok), key=lambda phase: phase.phase != "integrity")
     if failed:
         also = "".join(f"; also {phase.phase}: {phase.status}" for phase in failed[1:4])
@@ -442,6 +451,11 @@ def verdict(record: CaseRecord) -> Verdict:
         return Verdict(False, "rejected: no graded check ran (phases= must include fix, correct or speed)")
     skipped = [name for name in GRADED_PHASES if name not in {phase.phase for phase in graded}]
     return Verdict(True, "accepted: " + ", ".join(phase.phase for phase in graded) + " passed" + (f" ({', '.join(skipped)} not run)" if skipped else "") + _what_was_checked(graded))
+
+
+def _memory_judged(phase: PhaseRecord) -> bool:
+    """The memory phase is a graded check where the case sets a memory budget (else its figures are for show)."""
+    return phase.phase == "memory" and (bool(phase.figures.get("budget")) or not phase.ok)
 
 
 def _what_was_checked(graded: list[PhaseRecord]) -> str:

@@ -18,6 +18,13 @@
                flagged (correct and over budget) | missed | no_budget | crashed | timeout | error
     bad_fixes  one record per bad fix, phase "bad_fix:<name>"; each must be rejected
                rejected (it raised, crashed, or differs from the reference) | accepted | timeout | error
+    memory     the fix's memory per step (`steps` calls on one inputs object) against `memory_baseline`
+               (default `speed_baseline`), each in its own child, judged against the yaml's `memory.budget`
+               (harness/memory.py); reproduce judges a `Growth` symptom the same way, on `buggy`
+               within_budget | over_budget | inconclusive (ok, shown apart) | measured (no budget) | not_applicable
+               | raised | crashed | timeout | error
+    memory_fixes one record per memory control, phase "memory_fix:<name>"; the memory verdict must flag it
+               flagged | missed | no_budget | raised | crashed | timeout | error
 
 "error" means the case itself broke (e.g. `make_inputs` raised): not a verdict on the bug.
 Children get the case by name (`cfg.name`) and import it from the fork server's preload.
@@ -28,6 +35,7 @@ fix instead of `fixed`, and speed times it against the case's own `fixed`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import random
@@ -44,7 +52,7 @@ from typing import Any, Callable, Iterator
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness.cases import load_case
+from harness.cases import Growth, load_case
 from harness import compiled as compile_axis
 from harness.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive, serve, stop
 from harness.compare import compare, describe
@@ -53,11 +61,14 @@ from harness.isolate import ChildResult, Failure, run_isolated
 from harness.records import PhaseRecord
 from harness.submitted import SUBMITTED_KEY, changes, load_submitted, process_settings, submission_of
 from harness.timing import estimate_ratio, judge, steady_cpu_allocator, synchronize
+from harness import memory as memory_source
 
-PHASES = ("reproduce", "fix", "correct", "speed", "slow_fixes", "bad_fixes")
+PHASES = ("reproduce", "fix", "correct", "speed", "slow_fixes", "bad_fixes", "memory", "memory_fixes")
 FIXED = "fixed"
 SPEED_CANDIDATE = "speed_candidate"
 SLOW_FIX = "slow_fix:"
+MEMORY_FIX = "memory_fix:"
+MEMORY_BASELINE = "memory_baseline"
 GRADED_PAIRS = 6  # at least, per timing process of a submitted fix (plus 0-2 more, drawn privately): more calls than a case's own timing
 
 
@@ -80,6 +91,7 @@ class Settings:
     speed: SpeedSettings = SpeedSettings()
     cpu_threads: int = 1
     limits: Limits = Limits()  # for children that run a submitted fix (harness/confine.py)
+    memory: memory_source.MemorySettings = memory_source.MemorySettings()
 
 
 def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
@@ -92,6 +104,11 @@ def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings)
             yield slow_fix(name, case, cfg, settings)
     elif phase == "speed":
         yield from speed(case, cfg, settings)
+    elif phase == "memory":
+        yield memory(case, cfg, settings)
+    elif phase == "memory_fixes":
+        for name in getattr(case, "memory_fixes", {}):
+            yield memory_fix(name, case, cfg, settings)
     else:
         yield {"reproduce": reproduce, "fix": fix, "correct": correct}[phase](case, cfg, settings)
 
@@ -111,6 +128,8 @@ def confinement(cfg: DictConfig, settings: Settings) -> Limits | None:
 
 
 def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    if isinstance(case.symptoms[settings.device], Growth):
+        return reproduce_growth(case, cfg, settings)
     result = run_isolated(_reproduce_in_child, cfg, settings.device, timeout_s=settings.timeout_s)
     if compile_axis.mode_of(cfg) != "off":
         return reproduce_compiled(case, cfg, settings, result)
@@ -572,6 +591,151 @@ def bad_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) ->
     if not figures["match"]:
         return _record(phase, "rejected", True, "differs from the reference: " + _difference(figures), result, {"how": "differs", **figures})
     return _record(phase, "accepted", False, "matches the reference: this bad fix is not caught " + _tolerance(cfg), result, figures)
+
+
+# -- memory: retained and peak memory per step (harness/memory.py) -------------------------
+
+
+def memory(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    """The fix's memory over `steps` steps against `memory_baseline`'s, judged against `memory.budget.<device>`."""
+    reason = OmegaConf.select(cfg, "memory.not_applicable")
+    if reason:
+        return PhaseRecord("memory", "not_applicable", True, str(reason), {"device": settings.device}, 0.0, "")
+    return _memory_judged("memory", FIXED, case, cfg, settings)
+
+
+def memory_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    """A memory control (a wrong fix that keeps every step's memory) must be flagged by the memory verdict."""
+    phase = f"{MEMORY_FIX}{name}"
+    if memory_budget(cfg, settings.device) is None:
+        return PhaseRecord(phase, "no_budget", True, f"no memory budget on {settings.device}: nothing to flag", {}, 0.0, "")
+    judged = _memory_judged(phase, phase, case, cfg, settings)
+    if judged.status == "over_budget":
+        return dataclasses.replace(judged, status="flagged", ok=True, message="flagged: " + judged.message)
+    if judged.status in ("within_budget", "inconclusive"):
+        return dataclasses.replace(judged, status="missed", ok=False, message=f"not flagged ({judged.status}): " + judged.message)
+    return judged
+
+
+def reproduce_growth(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    """A failure that is memory growing step after step (`Growth`): `buggy`'s retained memory per step, measured;
+    reproduced when the slope's lower bound is at least `at_least` x the baseline's peak per step."""
+    symptom = case.symptoms[settings.device]
+    measured = _measure_pair("reproduce", "buggy", cfg, settings)
+    if isinstance(measured, PhaseRecord):
+        return measured
+    buggy, baseline, figures, seconds, output = measured
+    verdict = memory_source.judge_memory(buggy, baseline, None)
+    figures.update(verdict.figures(), at_least=symptom.at_least, oom=symptom.oom)
+    said = memory_source.describe(buggy, baseline)
+    if verdict.growth_fraction_low >= symptom.at_least:
+        return PhaseRecord("reproduce", "reproduced", True, f"memory grows: {said}", figures, seconds, output)
+    return PhaseRecord("reproduce", "not_reproduced", False, f"growth {verdict.growth_fraction_low:.3f} (lower bound) of the baseline's peak per step < {symptom.at_least}: {said}", figures, seconds, output)
+
+
+def memory_budget(cfg: DictConfig, device: str) -> dict[str, float] | None:
+    budget = OmegaConf.select(cfg, f"memory.budget.{device}")
+    return None if budget is None else {key: float(value) for key, value in budget.items() if value is not None}
+
+
+_BASELINES: dict[str, Any] = {}  # the baseline's measurement, per config, within one run of the harness
+
+
+def _memory_judged(phase: str, candidate: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    measured = _measure_pair(phase, candidate, cfg, settings)
+    if isinstance(measured, PhaseRecord):
+        return measured
+    fix_memory, baseline, figures, seconds, output = measured
+    budget = memory_budget(cfg, settings.device)
+    verdict = memory_source.judge_memory(fix_memory, baseline, budget)
+    figures.update(verdict.figures(), budget=budget)
+    said = memory_source.describe(fix_memory, baseline)
+    message = {
+        "measured": f"{said}; no memory budget on {settings.device}",
+        "within_budget": f"{said}; within budget {budget}",
+        "over_budget": f"{said}; over budget: {'; '.join(verdict.reasons)}",
+        "inconclusive": f"{said}; {'; '.join(verdict.reasons)}",
+    }[verdict.status]
+    return PhaseRecord(phase, verdict.status, verdict.status != "over_budget", message, figures, seconds, output)
+
+
+def _measure_pair(phase: str, candidate: str, cfg: DictConfig, settings: Settings) -> tuple | PhaseRecord:
+    """`candidate` and the baseline, each over the steps in a child of its own; a PhaseRecord where one broke."""
+    steps = _memory_steps(cfg, settings)
+    result = _measure(candidate, cfg, settings, steps)
+    if result.status != "returned" or result.value is not None or result.talk is None:
+        return _memory_abnormal(phase, result)
+    key = f"{settings.device}:{steps}:{settings.memory}:{OmegaConf.to_yaml(cfg)}"
+    if key not in _BASELINES:
+        _BASELINES[key] = _measure(MEMORY_BASELINE, cfg, settings, steps)
+    base = _BASELINES[key]
+    if base.status != "returned" or base.value is not None or base.talk is None:
+        broke = _memory_abnormal(phase, base)
+        return dataclasses.replace(broke, status="error", ok=False, message=f"the memory baseline's child: {broke.message}")
+    level = settings.memory.level
+    fix_memory = memory_source.step_memory(result.talk, settings.device, level)
+    baseline = memory_source.step_memory(base.talk, settings.device, level)
+    figures: dict[str, Any] = {"steps": steps, "warmup": settings.memory.warmup, "device": settings.device, "source": memory_source.source_name(settings.device), "method": memory_source.METHOD}
+    figures.update(fix_memory.figures())
+    figures["baseline"] = baseline.figures()
+    if settings.device == "cpu" and not result.talk["hwm_reset"]:
+        figures["peak_caveat"] = "the high-water mark could not be reset: peaks are since the child started"
+    figures.update(containment(result))
+    return fix_memory, baseline, figures, round(result.seconds + base.seconds, 4), result.output
+
+
+def _memory_steps(cfg: DictConfig, settings: Settings) -> int:
+    steps = int(OmegaConf.select(cfg, "memory.steps") or settings.memory.steps)
+    if submission_of(cfg) is not None:  # a submitted fix cannot know which call is the last one measured
+        steps += secrets.randbelow(4)
+    return steps
+
+
+def _measure(candidate: str, cfg: DictConfig, settings: Settings, steps: int) -> ChildResult:
+    confined = confinement(cfg, settings) if candidate == FIXED else None
+    talk = functools.partial(_drive_memory, device=settings.device)
+    return run_isolated(_memory_in_child, candidate, cfg, settings.device, steps, settings.memory.warmup, timeout_s=settings.timeout_s, confined=confined, talk=talk)
+
+
+def _drive_memory(connection, pid: int, deadline: float, *, device: str) -> dict[str, Any]:
+    return memory_source.drive_steps(connection, pid, deadline, device)
+
+
+def _memory_in_child(candidate: str, cfg: DictConfig, device: str, steps: int, warmup: int, *, connection) -> Failure | None:
+    """Serve the parent's memory steps (harness/memory.py) for `candidate`: FIXED (the fix under test), "buggy",
+    MEMORY_BASELINE (default `speed_baseline`) or a memory control; None when every step ran."""
+    if device == "cpu":
+        memory_source.pin_cpu_allocator()
+        torch.set_num_threads(1)
+    case = load_case(cfg.name)
+    if candidate == MEMORY_BASELINE:
+        function = getattr(case, MEMORY_BASELINE, case.speed_baseline)
+    elif candidate.startswith(MEMORY_FIX):
+        function = case.memory_fixes[candidate.removeprefix(MEMORY_FIX)]
+    elif candidate == "buggy":
+        function = case.buggy
+    else:
+        function = _function(case, candidate, cfg)
+    inputs = case.make_inputs(memory_config(cfg, device), device)
+    try:
+        memory_source.serve_steps(connection, _compiled(function, case, cfg), inputs, device, steps, warmup)
+    except Exception as error:  # noqa: BLE001
+        return Failure.from_exception(error)
+    return None
+
+
+def memory_config(cfg: DictConfig, device: str) -> DictConfig:
+    """The config memory inputs are made from: the speed inputs (`speed_config`: the same functions are compared),
+    then `memory.inputs`."""
+    return OmegaConf.merge(speed_config(cfg, device), OmegaConf.select(cfg, "memory.inputs") or {})
+
+
+def _memory_abnormal(phase: str, result: ChildResult) -> PhaseRecord:
+    if result.status == "returned" and result.value is not None:
+        return _record(phase, "raised", False, result.value.headline, result, {"raised_at": result.value.where})
+    if result.status == "returned":
+        return _record(phase, "crashed", False, "the memory child stopped answering the parent", result)
+    return _abnormal(phase, result)
 
 
 # -- shared --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from harness import compiled as compile_axis
 from harness import grade
 from harness.cases import case_names, case_text, fork_server_modules, load_case
 from harness.isolate import preload, run_isolated
+from harness.memory import MemorySettings
 from harness.phases import PHASES, Settings, SpeedSettings, run_phase
 from harness.records import CaseRecord, PhaseRecord, host_environment, now, probe_device, write_record
 
@@ -93,6 +94,9 @@ def validate(cfg: DictConfig) -> None:
             f"max_s={speed.max_s}, process_s={speed.process_s}, level={speed.level}: need pairs >= 2, warmup >= 0, "
             "2 <= min_processes <= max_processes, max_s > 0, process_s >= 0, 0 < level < 1"
         )
+    memory = memory_settings(cfg)
+    if not (memory.steps >= 3 and memory.warmup >= 0 and 0 < memory.level < 1):
+        raise ConfigError(f"memory: steps={memory.steps}, warmup={memory.warmup}, level={memory.level}: need steps >= 3 (a slope and its interval), warmup >= 0, 0 < level < 1")
     if not cfg.speed.cpu_threads >= 1:
         raise ConfigError(f"speed.cpu_threads={cfg.speed.cpu_threads}: need at least 1")
     if cfg.case.name not in case_names():
@@ -133,6 +137,14 @@ def speed_settings(cfg: DictConfig) -> SpeedSettings:
     merged = {name: cfg.speed[name] for name in names if name in cfg.speed}
     merged.update({name: cfg.case.speed[name] for name in names if name in (OmegaConf.select(cfg, "case.speed") or {})})
     return SpeedSettings(**merged)
+
+
+def memory_settings(cfg: DictConfig) -> MemorySettings:
+    """The memory settings: conf/config.yaml's `memory`, with any the case yaml's `memory` sets over them."""
+    names = [f.name for f in dataclasses.fields(MemorySettings)]
+    merged = {name: (OmegaConf.select(cfg, "memory") or {})[name] for name in names if name in (OmegaConf.select(cfg, "memory") or {})}
+    merged.update({name: cfg.case.memory[name] for name in names if name in (OmegaConf.select(cfg, "case.memory") or {})})
+    return MemorySettings(**merged)
 
 
 def resolve_device(requested: str, probe: dict[str, Any]) -> str:
@@ -181,7 +193,7 @@ def run_case(
     mode = compile_axis.mode_of(cfg)
     case_cfg = compile_axis.case_config(case_cfg, mode)
     phase_runner = run_phase if submitted is None else grade.run_phase
-    settings = Settings(device=device, timeout_s=float(cfg.timeout_s), speed=speed_settings(cfg), cpu_threads=int(cfg.speed.cpu_threads))
+    settings = Settings(device=device, timeout_s=float(cfg.timeout_s), speed=speed_settings(cfg), cpu_threads=int(cfg.speed.cpu_threads), memory=memory_settings(cfg))
     record = CaseRecord(
         case=cfg.case.name,
         title=case_text(case).title,
