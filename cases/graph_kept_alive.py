@@ -27,8 +27,9 @@ Fidelity: faithful in the network (torchvision's DenseNet-121 layout, written ou
     about 49x more at 224), the weights are seeded random ones (chexnet starts from ImageNet's), the images are
     seeded noise and the labels seeded draws; the validation set is one batch validated again at every step
     (`sizes.batches: 1`), so that each step's running mean is that batch's loss, the one answer a check of any
-    single step can know; no DataParallel, no DataLoader. `lossVal += losstensor.data[0]` is written `.item()`: `.data[0]` of a 0-dim tensor raises
-    IndexError from torch 0.5 on, so the code that reached #19's OOM had it replaced (how is not shown).
+    single step can know; no DataParallel, no DataLoader. `lossVal += losstensor.data[0]` is written
+    `.item()`: `.data[0]` of a 0-dim tensor raises IndexError from torch 0.5 on, so the code that reached
+    #19's OOM had it replaced (how is not shown).
 
 Symptom on CUDA: in epochVal (#19; torch version not stated; the message is one line, the thread wraps it):
         RuntimeError: CUDA out of memory. Tried to allocate 2.00 MiB (GPU 1; 11.17 GiB total capacity; 10.68 GiB already allocated; 64.00 KiB free; 188.49 MiB cached)
@@ -36,10 +37,10 @@ Symptom on CUDA: in epochVal (#19; torch version not stated; the message is one 
     is the growth that leads to it.
 
 Symptom on CPU: no error at these sizes: the retained memory grows by one batch's graph per batch (42.4 MiB
-    a batch at batch 16 and a 32x32 crop, against ~1 KiB for the fix; the memory phase, torch 2.13.0), until the host's memory or the
-    process's limit is reached, where the run ends in the OOM killer or in
-        RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: you tried to allocate 41943040 bytes.
-    (that line is the form torch 2.x prints, not from this thread, which is on CUDA).
+    a batch at batch 16 and a 32x32 crop, against ~1 KiB for the fix; the memory phase, torch 2.13.0), until
+    the host runs out: the OOM killer ends the process, or an allocation fails with the form torch 2.13.0
+    prints (here for a 32 TiB request, not from the thread, which is on CUDA):
+        RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 35184372088832 bytes. Error code 12 (Cannot allocate memory)
 
 Cause: `volatile=True` no longer turns autograd off, and the parameters require grad, so every forward builds
     a graph whose nodes keep the activations they would need for a backward. `losstensor` is the graph's root;
