@@ -25,9 +25,10 @@ fix written by someone else needs and the case's own does not:
                                work_beside_the_clock      CPU beyond one core during a block, or while it should idle
                                faster_on_repeated_inputs  a cache answers the timed inputs after their first call
                                implausibly_fast           below IMPLAUSIBLY_FAST times the model solution
-    memory                 where the case sets a memory budget: the submitted fix's memory over the steps
-                           (harness/memory.py), in a confined child, against `memory_baseline` in a child
-                           that never imports it, over a number of steps the submission cannot know;
+    memory                 where the case sets a memory budget (`memory.grade_budget`, else `memory.budget`):
+                           the submitted fix's memory over the steps (harness/memory.py), in a confined child,
+                           against the case's `fixed` in a child that never imports it, over a number of
+                           steps the submission cannot know;
                            its resident memory read from outside its process. An interval that still
                            straddles the budget is `undecided`, a rejection. Without a budget: figures only.
     integrity              last, in this process: the project's sources byte-identical (a changed one is
@@ -145,6 +146,9 @@ def graded_config(case_cfg: DictConfig, submitted: Submission) -> DictConfig:
     grade_budget = OmegaConf.select(case_cfg, "speed.grade_budget")
     if grade_budget is not None:
         graded.speed.budget = grade_budget
+    memory_grade_budget = OmegaConf.select(case_cfg, "memory.grade_budget")
+    if memory_grade_budget is not None:
+        graded.memory.budget = memory_grade_budget
     also = OmegaConf.select(graded, "speed.also")
     if also:
         graded.speed.also = {name: comparison for name, comparison in also.items() if comparison.get("graded", True)}

@@ -3,8 +3,11 @@
 The memory phase (harness/phases.py) builds a case's inputs once and calls the function under test on them
 `steps` times in an isolated child; each call is one step, state carried in the inputs as in a training loop.
 The parent drives the steps (`drive_steps`, the child runs `serve_steps`): before each step the child
-collects garbage and reports what it holds, the parent reads the child's resident memory and resets its
-high-water mark; after the step the child collects again and reports, and the parent reads the mark.
+reports what it holds, the parent reads the child's resident memory and resets its high-water mark; after
+the step the child reports again, and the parent reads the mark. The garbage collector runs as it would in
+a training loop, on its own thresholds: the harness never forces a collection between steps, so memory
+that only a collection would free (a reference cycle holding tensors, state a fix drops when it sees a
+collection) counts as it would in a real run.
 
 Sources, per device:
     cuda  the caching allocator's own counts: `memory_allocated` after each step (retained) and
@@ -19,7 +22,8 @@ Sources, per device:
           The child pins glibc to return every block of 64 KiB or more to the system when it is freed
           (M_MMAP_THRESHOLD, fixed, and a low M_TRIM_THRESHOLD), so the resident set falls when a tensor
           is freed and the high-water mark is a step's real peak, not memory glibc kept from before.
-          Retained growth is judged on whichever of the two series grows faster; the peak is the mark.
+          Retained growth is judged in whichever of the two series the fix outgrows its baseline most; the
+          peak is the mark.
 
 Figures are bytes above the level before the first measured step: `retained[i]` after step i, `peak[i]` the
 highest during step i. The growth per step is the least-squares slope of `retained` over the steps, with a
@@ -30,7 +34,6 @@ it says so where a step's allocations vary.
 from __future__ import annotations
 
 import ctypes
-import gc
 import json
 import math
 import os
@@ -43,7 +46,6 @@ import torch
 
 from harness.timing import student_t_quantile, synchronize
 
-PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 MMAP_THRESHOLD = 64 << 10  # blocks this large or larger are mmapped, and unmapped when freed
 TRIM_THRESHOLD = 128 << 10  # free memory at the heap's top beyond this goes back to the system
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -124,7 +126,6 @@ def source_name(device: str) -> str:
 
 
 def _held(device: str) -> dict[str, int | None]:
-    gc.collect()
     if device == "cuda":
         synchronize(device)
         return {"allocated": torch.cuda.memory_allocated(), "max_allocated": torch.cuda.max_memory_allocated()}
@@ -137,7 +138,6 @@ def serve_steps(connection, function: Callable[[Any], Any], inputs: Any, device:
     for _ in range(warmup):
         function(inputs)
     synchronize(device)
-    gc.freeze()  # what exists now stays: each step's collection scans only newer objects (a full one took 0.1-0.2 s)
     for step in range(steps):
         connection.send_bytes(json.dumps({"before": step, **_held(device)}).encode())
         connection.recv_bytes()  # the parent has read the resident set and reset its mark
@@ -208,11 +208,19 @@ class StepMemory:
     """One function's memory over its steps: bytes above the level before the first measured step."""
 
     device: str
-    retained: list[int]  # after each step: malloc'd bytes (cpu) or allocated bytes (cuda)
+    retained: list[int]  # after each step: malloc'd bytes (cpu, glibc) or allocated bytes (cuda); else the resident set
     peak: list[int]  # the highest during each step: resident high-water mark (cpu) or max allocated (cuda)
     rss_retained: list[int] | None  # cpu: the resident set after each step
-    growth: Slope  # of whichever retained series grows faster (upper bound)
-    growth_series: str  # which: "malloc", "rss" or "allocated"
+    fits: dict[str, Slope]  # the slope of each retained series: "malloc" and "rss" (cpu), "allocated" (cuda)
+
+    @property
+    def growth_series(self) -> str:
+        """The series that grows fastest (upper bound; malloc's on a tie)."""
+        return max(self.fits, key=lambda name: (self.fits[name].high, name == "malloc"))
+
+    @property
+    def growth(self) -> Slope:
+        return self.fits[self.growth_series]
 
     @property
     def max_peak(self) -> int:
@@ -222,6 +230,7 @@ class StepMemory:
         figures = {"retained": self.retained, "peak": self.peak, "max_peak": self.max_peak, "growth_series": self.growth_series, **self.growth.figures()}
         if self.rss_retained is not None:
             figures["rss_retained"] = self.rss_retained
+        figures["slopes"] = {name: fit.figures() for name, fit in self.fits.items()}
         return figures
 
 
@@ -231,7 +240,7 @@ def step_memory(talked: dict[str, Any], device: str, level: float) -> StepMemory
         level0 = rows[0]["before"]["allocated"]
         retained = [row["after"]["allocated"] - level0 for row in rows]
         peak = [row["after"]["max_allocated"] - level0 for row in rows]
-        return StepMemory(device, retained, peak, None, fit_slope(retained, level), "allocated")
+        return StepMemory(device, retained, peak, None, {"allocated": fit_slope(retained, level)})
     rss0 = rows[0]["rss_before"]
     peak = [row["hwm"] - rss0 for row in rows]
     rss_retained = [row["rss"] - rss0 for row in rows]
@@ -241,24 +250,43 @@ def step_memory(talked: dict[str, Any], device: str, level: float) -> StepMemory
         in_use0 = rows[0]["before"]["in_use"]
         retained = [row["after"]["in_use"] - in_use0 for row in rows]
         fits["malloc"] = fit_slope(retained, level)
-    series = max(fits, key=lambda name: (fits[name].high, name == "malloc"))
-    return StepMemory(device, retained, peak, rss_retained, fits[series], series)
+    return StepMemory(device, retained, peak, rss_retained, fits)
 
 
 # -- the verdict ------------------------------------------------------------------------------------------
+
+MIN_UNIT = 1 << 20  # the least a growth or peak budget is a fraction of: below it a step's memory is the interpreter's
+# and the allocator's own (resident pages move 4 KiB at a time, Python's object arenas 256 KiB-1 MiB); a tiny RNN step peaked at 40 KiB
 
 
 @dataclass(frozen=True)
 class MemoryVerdict:
     status: str  # within_budget | over_budget | inconclusive | measured
-    growth_fraction: float  # slope / the baseline's peak per step
-    growth_fraction_low: float
-    growth_fraction_high: float
-    peak_ratio: float  # the fix's highest peak / the baseline's
+    excess: Slope  # the fix's growth per step beyond the baseline's, in the series where it is largest
+    series: str
+    unit: int  # bytes the fractions are of: the baseline's highest peak, at least MIN_UNIT
+    peak_ratio: float  # the fix's highest peak / unit
     reasons: tuple[str, ...]
+
+    @property
+    def growth_fraction(self) -> float:
+        return self.excess.per_step / self.unit
+
+    @property
+    def growth_fraction_low(self) -> float:
+        return self.excess.low / self.unit
+
+    @property
+    def growth_fraction_high(self) -> float:
+        return self.excess.high / self.unit
 
     def figures(self) -> dict[str, Any]:
         return {
+            "excess_growth": self.excess.per_step,
+            "excess_growth_low": self.excess.low,
+            "excess_growth_high": self.excess.high,
+            "excess_series": self.series,
+            "unit": self.unit,
             "growth_fraction": self.growth_fraction,
             "growth_fraction_low": self.growth_fraction_low,
             "growth_fraction_high": self.growth_fraction_high,
@@ -266,25 +294,44 @@ class MemoryVerdict:
         }
 
 
+def excess_growth(fix: StepMemory, baseline: StepMemory) -> tuple[str, Slope]:
+    """The fix's slope minus the baseline's, per series both have, with the two intervals' half-widths combined
+    (independent runs: root of the sum of squares); the series where the excess's upper bound is largest."""
+    found = {}
+    for name in fix.fits.keys() & baseline.fits.keys():
+        mine, theirs = fix.fits[name], baseline.fits[name]
+        half = math.hypot(mine.high - mine.per_step, theirs.high - theirs.per_step)
+        centre = mine.per_step - theirs.per_step
+        found[name] = Slope(centre, centre - half, centre + half, mine.level)
+    name = max(found, key=lambda key: (found[key].high, key == "malloc"))
+    return name, found[name]
+
+
 def judge_memory(fix: StepMemory, baseline: StepMemory, budget: dict[str, float] | None) -> MemoryVerdict:
-    """The fix against the baseline and a budget {growth, peak} (either may be absent): within_budget when every
-    bound is within, over_budget when one is surely over, inconclusive while the growth's interval straddles it."""
-    unit = max(baseline.max_peak, PAGE)  # a baseline whose steps allocate nothing still has a page's worth of unit
-    growth = fix.growth
-    fraction = (growth.per_step / unit, growth.low / unit, growth.high / unit)
+    """The fix against the baseline and a budget {growth, peak} (either may be absent).
+
+    growth: the fix's retained growth per step beyond the baseline's (a log both keep is no leak of the fix), as
+    a fraction of the unit (the baseline's highest peak, at least MIN_UNIT); peak: the fix's highest peak over
+    the unit. within_budget when every bound is within, over_budget when one is surely over, inconclusive while
+    the growth's interval straddles its budget."""
+    unit = max(baseline.max_peak, MIN_UNIT)
+    series, excess = excess_growth(fix, baseline)
     peak_ratio = max(fix.max_peak, 0) / unit
     if not budget:
-        return MemoryVerdict("measured", *fraction, peak_ratio, ())
+        return MemoryVerdict("measured", excess, series, unit, peak_ratio, ())
+    verdict = MemoryVerdict("", excess, series, unit, peak_ratio, ())
+    low, centre, high = verdict.growth_fraction_low, verdict.growth_fraction, verdict.growth_fraction_high
     over, undecided = [], []
     if budget.get("growth") is not None:
-        if fraction[1] > budget["growth"]:
-            over.append(f"grows {_bytes(growth.per_step)}/step [{_bytes(growth.low)}, {_bytes(growth.high)}], {fraction[0]:.3f} of the baseline's peak per step > {budget['growth']}")
-        elif fraction[2] > budget["growth"]:
-            undecided.append(f"growth {fraction[0]:.3f} [{fraction[1]:.3f}, {fraction[2]:.3f}] of the baseline's peak straddles {budget['growth']}")
+        said = f"grows {_bytes(excess.per_step)}/step [{_bytes(excess.low)}, {_bytes(excess.high)}] beyond the baseline ({series}), {centre:.3f} [{low:.3f}, {high:.3f}] of {_bytes(unit)}"
+        if low > budget["growth"]:
+            over.append(f"{said} > {budget['growth']}")
+        elif high > budget["growth"]:
+            undecided.append(f"{said} straddles {budget['growth']}")
     if budget.get("peak") is not None and peak_ratio > budget["peak"]:
-        over.append(f"peak {_bytes(fix.max_peak)} is {peak_ratio:.2f}x the baseline's {_bytes(baseline.max_peak)} > {budget['peak']}x")
+        over.append(f"peak {_bytes(fix.max_peak)} is {peak_ratio:.2f}x {_bytes(unit)} (the baseline's {_bytes(baseline.max_peak)}) > {budget['peak']}x")
     status = "over_budget" if over else "inconclusive" if undecided else "within_budget"
-    return MemoryVerdict(status, *fraction, peak_ratio, tuple(over + undecided))
+    return MemoryVerdict(status, excess, series, unit, peak_ratio, tuple(over + undecided))
 
 
 def describe(fix: StepMemory, baseline: StepMemory) -> str:

@@ -19,7 +19,7 @@
     bad_fixes  one record per bad fix, phase "bad_fix:<name>"; each must be rejected
                rejected (it raised, crashed, or differs from the reference) | accepted | timeout | error
     memory     the fix's memory per step (`steps` calls on one inputs object) against `memory_baseline`
-               (default `speed_baseline`), each in its own child, judged against the yaml's `memory.budget`
+               (default `speed_baseline`; grading: the case's `fixed`), each in its own child, judged against the yaml's `memory.budget`
                (harness/memory.py); reproduce judges a `Growth` symptom the same way, on `buggy`
                within_budget | over_budget | inconclusive (ok, shown apart) | measured (no budget) | not_applicable
                | raised | crashed | timeout | error
@@ -665,17 +665,21 @@ def _measure_pair(phase: str, candidate: str, cfg: DictConfig, settings: Setting
     result = _measure(candidate, cfg, settings, steps)
     if result.status != "returned" or result.value is not None or result.talk is None:
         return _memory_abnormal(phase, result)
-    key = f"{settings.device}:{steps}:{settings.memory}:{OmegaConf.to_yaml(cfg)}"
-    if key not in _BASELINES:
-        _BASELINES[key] = _measure(MEMORY_BASELINE, cfg, settings, steps)
-    base = _BASELINES[key]
+    graded = submission_of(cfg) is not None
+    if graded:  # the model solution, in a child that never imports the submission (as speed's grading)
+        base = _measure(FIXED, OmegaConf.create({k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != SUBMITTED_KEY}), settings, steps)
+    else:
+        key = f"{settings.device}:{steps}:{settings.memory}:{OmegaConf.to_yaml(cfg)}"
+        if key not in _BASELINES:
+            _BASELINES[key] = _measure(MEMORY_BASELINE, cfg, settings, steps)
+        base = _BASELINES[key]
     if base.status != "returned" or base.value is not None or base.talk is None:
         broke = _memory_abnormal(phase, base)
         return dataclasses.replace(broke, status="error", ok=False, message=f"the memory baseline's child: {broke.message}")
     level = settings.memory.level
     fix_memory = memory_source.step_memory(result.talk, settings.device, level)
     baseline = memory_source.step_memory(base.talk, settings.device, level)
-    figures: dict[str, Any] = {"steps": steps, "warmup": settings.memory.warmup, "device": settings.device, "source": memory_source.source_name(settings.device), "method": memory_source.METHOD}
+    figures: dict[str, Any] = {"steps": steps, "warmup": settings.memory.warmup, "device": settings.device, "baseline_function": FIXED if graded else MEMORY_BASELINE, "source": memory_source.source_name(settings.device), "method": memory_source.METHOD}
     figures.update(fix_memory.figures())
     figures["baseline"] = baseline.figures()
     if settings.device == "cpu" and not result.talk["hwm_reset"]:

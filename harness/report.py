@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -103,6 +103,14 @@ def _shorten(message: str) -> str:
     return message if len(message) <= MAX_DETAIL_CHARS else message[: MAX_DETAIL_CHARS - 1] + "…"
 
 
+def memory_cell(memory: Any, controls: list) -> str:
+    """The memory phase's status, and how many memory controls it flagged."""
+    if memory is None:
+        return "-"
+    flagged = f", {sum(p.status == 'flagged' for p in controls)}/{len(controls)} flagged" if controls else ""
+    return memory.status.replace("_", " ") + flagged
+
+
 def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | None = None) -> None:
     """One line per case run, after a multirun.
 
@@ -115,7 +123,7 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
     statuses = [row[3] if len(row) > 3 else {} for row in rows]
     varying = _varying_overrides([status.get("overrides", []) for status in statuses])
     table = Table(title="summary")
-    for column in ("case", "device", "ok", "reproduce", "fix", "correct", "speed", "slow fixes", "bad fixes"):
+    for column in ("case", "device", "ok", "reproduce", "fix", "correct", "speed", "slow fixes", "bad fixes", "memory"):
         table.add_column(column, no_wrap=True)
     footnotes = []
     undecided = 0
@@ -126,7 +134,7 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
         if note:
             footnotes.append(f"{escape(' '.join([case, device, *overrides]))}: {escape(_shorten(note))}")
         if record is None:
-            table.add_row(label, device, "[red]cut[/red]" if _is_cut(note) else "[red]NO[/red]", *["-"] * 6)
+            table.add_row(label, device, "[red]cut[/red]" if _is_cut(note) else "[red]NO[/red]", *["-"] * 7)
             continue
         by_phase = {phase.phase: phase for phase in record.phases}
         bad_fixes = [phase for phase in record.phases if phase.phase.startswith("bad_fix:")]
@@ -140,6 +148,7 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
             speed_cell(by_phase.get("speed")),
             f"{sum(p.status == 'flagged' for p in slow_fixes)}/{len(slow_fixes)} flagged" if slow_fixes else "-",
             f"{sum(p.status == 'rejected' for p in bad_fixes)}/{len(bad_fixes)} rejected" if bad_fixes else "-",
+            memory_cell(by_phase.get("memory"), [phase for phase in record.phases if phase.phase.startswith("memory_fix:") and phase.status != "no_budget"]),
         )
     _print_whole(console, table)
     if undecided:

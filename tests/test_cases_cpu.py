@@ -94,3 +94,14 @@ def test_the_record_on_disk_is_complete(cpu_record):
     assert on_disk["finished_at"] is not None
     assert [phase["phase"] for phase in on_disk["phases"]] == [phase.phase for phase in record.phases]
     assert on_disk["environment"]["torch"] and on_disk["environment"]["python"]
+
+
+def test_the_memory_phase_measures_the_fix_or_says_why_not(cpu_record):
+    record, _ = cpu_record
+    memory = _phase(record, "memory")
+    assert memory.status in ("within_budget", "inconclusive", "measured", "not_applicable"), memory.message
+    if memory.status != "not_applicable":
+        assert memory.figures["max_peak"] >= 0 and memory.figures["baseline"]["max_peak"] > 0, memory.message
+    for phase in record.phases:
+        if phase.phase.startswith("memory_fix:"):
+            assert (phase.status, phase.ok) in (("flagged", True), ("no_budget", True)), f"{phase.phase}: {phase.message}"

@@ -353,3 +353,12 @@ def test_grading_keeps_only_the_speed_comparisons_that_apply_to_a_submitted_fix(
     graded = grade.graded_config(case_cfg, Submission("/tmp/fix.py", "fix", "0" * 64))
     assert list(graded.speed.also) == ["same_calls"] and graded.speed.budget.cpu == 1.5
     assert list(case_cfg.speed.also) == ["same_calls", "one_step"]  # the case's own run keeps both
+
+
+def test_where_a_case_sets_a_memory_budget_the_fix_is_judged_on_memory_too(tmp_path, environment):
+    budget = "+case.memory={steps: 8, budget: {cpu: {growth: 0.05, peak: 1.5}}}"  # as a case with a memory budget's yaml
+    verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["memory"], budget)
+    assert verdict.accepted and verdict.line.startswith("accepted: memory, integrity passed"), verdict.line
+    memory = phase(record, "memory")
+    assert memory.figures["baseline_function"] == "fixed" and memory.figures["steps"] in range(8, 12)  # 0-3 more, drawn privately
+    assert memory.figures["confinement"]  # measured in the confined child

@@ -35,7 +35,7 @@ from harness.teach.source import (
 from harness.cases import CASE_CONFIG_DIR, DEVICES, ROOT, case_names, case_text, load_case
 from harness.matrix import Record, load_records
 from harness.records import load_record
-from harness.teach.figures import BadFixError, SpeedPoint, bad_fix_figure, same_figure, speed_figure
+from harness.teach.figures import BadFixError, MemorySeries, SpeedPoint, bad_fix_figure, memory_figure, same_figure, speed_figure
 from harness.teach.notebook import notebook
 
 DOCS = ROOT / "docs" / "cases"
@@ -261,7 +261,33 @@ def case_figures(name: str, sources: Sources) -> dict[str, bytes]:
     errors, where = bad_fix_errors(sources.records)
     if errors:
         files[f"{name}.bad_fixes.png"] = bad_fix_figure(name, errors, where)
+    series, where = memory_series(sources.records) if _memory_budgeted(sources.config) else ([], "")
+    if series:
+        files[f"{name}.memory.png"] = memory_figure(name, series, where)
     return files
+
+
+def _memory_budgeted(config: dict[str, Any]) -> bool:
+    """A case whose yaml judges memory (a `memory.budget` for some device) gets the memory figure."""
+    budget = (config.get("memory") or {}).get("budget") or {}
+    return any(value is not None for value in budget.values())
+
+
+def memory_series(records: list[Record]) -> tuple[list[MemorySeries], str]:
+    """Retained and peak memory per step of buggy (a `Growth` reproduce), the baseline, the fix and each memory
+    control, from the newest eager record of the first device that has them."""
+    for device in DEVICES:
+        mine = _by_version([record for record in records if record.device == device and record.compile == "off" and "retained" in record.figures.get("memory", {})])
+        if not mine:
+            continue
+        newest = mine[-1]
+        memory = newest.figures["memory"]
+        found = [("baseline", memory["baseline"]), ("fixed", memory)]
+        if "retained" in newest.figures.get("reproduce", {}):
+            found.insert(0, ("buggy", newest.figures["reproduce"]))
+        found += [(f"memory control {phase.removeprefix('memory_fix:')}", figures) for phase, figures in newest.figures.items() if phase.startswith("memory_fix:") and "retained" in figures]
+        return [MemorySeries(label, figures["retained"], figures["peak"], figures["slope"]) for label, figures in found], f"{device}, torch {newest.torch}"
+    return [], ""
 
 
 def speed_points(records: list[Record]) -> list[SpeedPoint]:
@@ -327,6 +353,18 @@ def _figures_section(name: str, sources: Sources, figure_files: list[str]) -> li
             lines += ["CUDA: not yet run.", ""]
     else:
         lines += ["No speed records yet.", ""]
+    if f"{name}.memory.png" in figure_files:
+        series, where = memory_series(sources.records)
+        lines += [
+            f"![{name}: retained and peak memory per step, buggy, fixed and the memory controls]({name}.memory.png)",
+            "",
+            f"Memory per step ({where}; harness/memory.py): retained after each step and the peak during it, above the level before the first step. The figures behind it:",
+            "",
+            "| run | retained per step | highest peak |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {one.label} | {one.slope / (1 << 20):+.3f} MiB | {max(one.peak, default=0) / (1 << 20):.2f} MiB |" for one in series]
+        lines.append("")
     errors, where = bad_fix_errors(sources.records)
     if f"{name}.bad_fixes.png" in figure_files:
         lines += [

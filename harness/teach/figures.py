@@ -87,6 +87,37 @@ def speed_figure(case: str, points: list[SpeedPoint], budgets: dict[str, float])
         return _png(figure)
 
 
+@dataclass(frozen=True)
+class MemorySeries:
+    label: str  # "buggy", "fixed", "baseline", or "memory control <name>"
+    retained: list[float]  # bytes above the level before the first measured step, after each step
+    peak: list[float]  # the highest during each step, above the same level
+    slope: float  # bytes per step (least squares)
+
+
+MEMORY_COLOURS = {"buggy": "#d62728", "fixed": "#2ca02c", "baseline": "#7f7f7f"}
+
+
+def memory_figure(case: str, series: list[MemorySeries], where: str) -> bytes:
+    """Memory per step: retained after each step (solid) and the peak during it (dashed), buggy / fixed / controls."""
+    mib = float(1 << 20)
+    controls = iter(["#9467bd", "#8c564b", "#e377c2", "#17becf"])
+    with plt.style.context("default"):
+        figure, axes = plt.subplots(figsize=(WIDTH_IN, 4.4), dpi=DPI)
+        for one in series:
+            colour = MEMORY_COLOURS.get(one.label) or next(controls, "black")
+            steps = range(1, len(one.retained) + 1)
+            width, layer = (4.0, 2) if one.label == "buggy" else (1.4, 3)  # buggy wide and behind: a control on its line still shows it
+            axes.plot(steps, [value / mib for value in one.retained], color=colour, marker="o", markersize=4, linewidth=width, zorder=layer, label=f"{one.label}: retained, {one.slope / mib:+.2f} MiB/step")
+            axes.plot(steps, [value / mib for value in one.peak], color=colour, linestyle="--", linewidth=1.0, label=f"{one.label}: peak")
+        axes.set_xlabel("step (calls on one inputs object)")
+        axes.set_ylabel("MiB above the level before step 1")
+        axes.set_title(f"{case}: memory per step ({where})", fontsize=11)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+        return _png(figure)
+
+
 def bad_fix_figure(case: str, errors: list[BadFixError], where: str) -> bytes:
     """How far each bad fix that returns moves the output from the reference (relative error)."""
     with plt.style.context("default"):
