@@ -61,7 +61,11 @@ Fix: dgrechka's (#19): run the validation batches under `torch.no_grad()`, as th
 
 Compiled: `torch.compile(model)`, as a user compiles the network (compiles_itself). The step is Python
     bookkeeping around the model (`.item()`, counters on an object), which a whole-step compile would guard
-    on and recompile for every batch.
+    on and recompile for every batch. Under inductor (torch 2.13.0, CPU) the leak is the same, larger: the
+    compiled graph saves 48.3 MiB a batch for its backward (eager 42.4), the half batches 57.2; the compiled
+    no_grad fix keeps 0 B. Compiling DenseNet-121 costs minutes here (the first reproduce 547 s, the first
+    no_grad compile past the 300 s phase limit on a loaded 2-core machine; 41-53 s for reproduce with the
+    kernel cache warm), and each new batch size (the controls' 8 and 1) compiles again.
 """
 
 import gc
