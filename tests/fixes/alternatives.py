@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from cases import autocast_device as autocast_case, backward_twice as twice_case, codebook_oob as codebook_case, ddp_unused_parameters as layerdrop_case
-from cases import inplace_modified as inplace_case, multigpu_segfault as ddp_case
+from cases import graph_kept_alive as graph_case, inplace_modified as inplace_case, multigpu_segfault as ddp_case
 from cases._ddp_worker import launch
 
 
@@ -126,3 +126,15 @@ def backward_twice(x):
         predictions.append(prediction)
     return twice_case.trained(x, predictions)
 
+
+@torch.inference_mode()
+def graph_kept_alive(x):
+    """The whole batch in inference mode (a decorator, not a no_grad block); the loss by the functional form, summed
+    into a fresh tensor rather than in place."""
+    images, labels = x.next_batch()
+    batch_loss = F.binary_cross_entropy(x.network(images), labels)
+    epoch = x.epoch
+    epoch.losstensorMean = batch_loss + epoch.losstensorMean
+    epoch.lossVal += float(batch_loss)
+    epoch.lossValNorm += 1
+    return graph_case.running_means(epoch)
