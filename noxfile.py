@@ -309,7 +309,7 @@ CI_TORCH = "2.13.0"  # .ci/run's
 
 @nox.session(reuse_venv=True)
 def slow(session: nox.Session) -> None:
-    """`pytest -m slow` under .ci/run's torch: the exploit suite's grades, the notebooks, SLURM, and the other slow tests."""
+    """`pytest -m slow` under .ci/run's torch: the exploit suite's speed grades, the notebooks, SLURM, the launchers' sweeps, compiled grading."""
     session.install("--no-cache-dir", f"torch=={CI_TORCH}", "-e", ".[test]")
     session.run("python", "-m", "pytest", "-m", "slow", "-p", "no:cacheprovider", *session.posargs)
 
