@@ -303,6 +303,17 @@ def speechbrain(session: nox.Session, torch: str, speechbrain: str) -> None:
         session.error(f"speechbrain {speechbrain} with torch {torch}: pytest exit {code}")
 
 
+# The tests a plain `pytest` leaves out (marked slow; pyproject's addopts): the end-to-end checks of what faster tests cover.
+CI_TORCH = "2.13.0"  # .ci/run's
+
+
+@nox.session(reuse_venv=True)
+def slow(session: nox.Session) -> None:
+    """`pytest -m slow` under .ci/run's torch: the exploit suite's speed grades, the notebooks, SLURM, the launchers' sweeps, compiled grading."""
+    session.install("--no-cache-dir", f"torch=={CI_TORCH}", "-e", ".[test]")
+    session.run("python", "-m", "pytest", "-m", "slow", "-p", "no:cacheprovider", *session.posargs)
+
+
 # The sweep submitted to SLURM: a one-node cluster on this machine (.ci/slurm-local), its jobs as SLURM jobs.
 SLURM_SCRIPT = ".ci/slurm-local"
 SLURM_TORCH = "2.13.0"  # .ci/run's

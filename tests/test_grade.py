@@ -80,9 +80,15 @@ def test_a_slow_fix_is_rejected_by_speed(tmp_path, environment):
     assert speed.figures["ratio"] > speed.figures["budget"] == 1.15
 
 
-def test_speed_times_the_submitted_fix_against_the_model_solution(tmp_path, environment):
+@pytest.fixture(scope="module")
+def searchsorted_speed(environment, tmp_path_factory):
+    """One speed grade of an alternative as fast as `fixed`, shared by the tests that read different things of it."""
+    return graded(tmp_path_factory.mktemp("searchsorted_speed"), environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["speed"])
+
+
+def test_speed_times_the_submitted_fix_against_the_model_solution(searchsorted_speed):
     # by_searchsorted does what `fixed` does: the ratio is near 1, not the guard-vs-no-guard ratio of the case's own speed phase
-    _, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["speed"])
+    _, record, _, _ = searchsorted_speed
     assert 0.4 < phase(record, "speed").figures["ratio"] < 2.5
 
 
@@ -94,8 +100,8 @@ def test_a_grade_that_cannot_tell_is_rejected_as_undecided_never_accepted(tmp_pa
     assert verdict.line.startswith("rejected by speed: undecided: ") and "speed.grade_max_s" in verdict.line
 
 
-def test_the_model_solution_is_timed_apart_and_beside_a_pristine_copy(tmp_path, environment):
-    _, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["speed"])
+def test_the_model_solution_is_timed_apart_and_beside_a_pristine_copy(searchsorted_speed):
+    _, record, _, _ = searchsorted_speed
     figures = phase(record, "speed").figures
     assert figures["baseline_vs_pristine"]["ratio_low"] <= 1.25 and set(figures["cpu_share"]) == {"candidate", "baseline", "pristine"}
     assert "changed_on_import" not in figures and not figures.get("changed_by_its_calls")
@@ -191,9 +197,9 @@ def test_submitting_the_model_solution_itself_is_caught(tmp_path, environment):
     assert "ModelSolutionCalled" in verdict.line, verdict.line
 
 
-def test_the_speed_baseline_still_runs_the_model_solution_behind_the_tripwires(tmp_path, environment):
+def test_the_speed_baseline_still_runs_the_model_solution_behind_the_tripwires(searchsorted_speed):
     # embedding_oob's fixed calls encode_emotion, tripwired in the graded process: outside the submitted call it must run
-    _, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["speed"])
+    _, record, _, _ = searchsorted_speed
     assert phase(record, "speed").status == "within_budget", phase(record, "speed").message
 
 
@@ -332,6 +338,7 @@ def test_hint_and_exercise_from_the_command_line(tmp_path):
     assert f"fix={tmp_path}/ex/fix_codebook_oob.py:fix" in run.stdout
 
 
+@pytest.mark.slow  # compiles every rank's model in a private, cold kernel cache: about 50 s
 def test_a_correct_fix_whose_ranks_compile_is_accepted_under_inductor(tmp_path, environment):
     # multigpu_segfault's ranks compile their DDP model themselves: in a graded run they must compile beneath the
     # graded child's scratch folder (they wrote /tmp/torchinductor_<user>, refused, and a correct fix was rejected).

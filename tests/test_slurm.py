@@ -25,6 +25,7 @@ from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, JOB_STATUS
 SCRIPT = ROOT / ".ci" / "slurm-local"
 pytestmark = [
     pytest.mark.slurm,
+    pytest.mark.slow,  # a cluster started and stopped (.ci/run: pytest -m slow; nox -s slurm: -m slurm)
     pytest.mark.skipif(shutil.which("sbatch") is None, reason="no sbatch on the PATH: no SLURM here (nox -s slurm installs one)"),
     pytest.mark.skipif(not launcher_installed("hydra_submitit_launcher"), reason="hydra-submitit-launcher not installed: pip install -e '.[scale]'"),
 ]

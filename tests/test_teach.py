@@ -145,6 +145,7 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys):
     assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
 
 
+@pytest.mark.slow  # a kernel per notebook, every phase of the case again (tests/test_cases_cpu.py runs them): 30 to 220 s each
 @pytest.mark.parametrize("name", case_names())
 def test_each_notebook_runs_top_to_bottom_on_cpu(name):
     book = nbformat.reads((DOCS / f"{name}.ipynb").read_text(), as_version=4)
