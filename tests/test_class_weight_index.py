@@ -220,7 +220,8 @@ def test_without_mmsegmentation_the_harness_reports_every_phase_as_an_error(tmp_
     assert result.returncode == 1, result.stdout + result.stderr
     record = json.loads((tmp_path / "run" / "class_weight_index.cpu.json").read_text())
     also = OmegaConf.load(CASE_CONFIG_DIR / "class_weight_index.yaml").speed.also
-    assert len(record["phases"]) == 4 + len(also) + len(case.slow_fixes) + len(case.bad_fixes)
+    memory = 1 + len(getattr(case, "memory_fixes", {}))  # the memory phase (figures only here) and its controls
+    assert len(record["phases"]) == 4 + len(also) + len(case.slow_fixes) + len(case.bad_fixes) + memory
     for phase in record["phases"]:
         assert (phase["status"], phase["ok"]) == ("error", False), phase
         assert "mmsegmentation==1.2.2" in phase["message"] and "simulated" in phase["message"], phase["message"]

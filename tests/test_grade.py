@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from harness.grading import grade
-from harness.cases import ROOT, case_names, load_case
+from harness.cases import ROOT, Growth, case_names, load_case
 from harness.records import load_record
 from harness.run import ConfigError, run_case, validate
 from harness.grading.submitted import file_sha256
@@ -250,12 +250,16 @@ def test_the_unchanged_starter_runs_on_its_own_and_is_rejected_with_the_case_s_f
     assert f"python -m harness case={name} fix={starter}:fix" in text and "\nFix:" not in text and "def fix(" in text
     ran = subprocess.run([sys.executable, str(starter)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0 and "grade this file with" in ran.stdout, ran.stderr
-    cfg = compose_config(f"case={name}", "device=cpu", "phases=[fix,correct]", f"fix={starter}:fix", "timeout_s=120")
+    symptom = load_case(name).symptoms["cpu"]
+    grows = isinstance(symptom, Growth)  # correct in value: its failure is the memory it keeps, judged by the memory phase
+    phases = "phases=[fix,correct,memory]" if grows else "phases=[fix,correct]"
+    cfg = compose_config(f"case={name}", "device=cpu", phases, f"fix={starter}:fix", "timeout_s=120")
     record, _ = run_case(cfg, "cpu", tmp_path / "run", environment)
     verdict = grade.verdict(record)
     assert not verdict.accepted
-    symptom = load_case(name).symptoms["cpu"]
-    if symptom.expected_on(torch.__version__):
+    if grows:
+        assert verdict.line.startswith("rejected by memory: over_budget"), verdict.line
+    elif symptom.expected_on(torch.__version__):
         assert verdict.line.startswith("rejected by fix: raised") and "the case's own symptom" in verdict.line, verdict.line
     else:  # the buggy code runs on this torch (autocast_device from 2.4): it returns the wrong device types
         assert verdict.line.startswith("rejected by correct: mismatch"), verdict.line
