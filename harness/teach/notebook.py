@@ -11,10 +11,11 @@ poisons the context of its process, and a kernel cannot host torch elastic's ran
 from __future__ import annotations
 
 import nbformat
+import yaml
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from harness.teach.source import buggy_to_fixed_diff, section_markdown, source_of, functions_used
-from harness.cases import case_text, load_case
+from harness.cases import CASE_CONFIG_DIR, case_text, load_case
 
 KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
@@ -105,6 +106,24 @@ ran_compiled = fix(case, compiled_cfg, settings)
 print(f"the fix compiled: {ran_compiled.status}, one graph: {ran_compiled.figures.get('fullgraph')}, compile {ran_compiled.figures.get('compile_s')} s")
 '''
 
+RECORDED_COMPILED = '''\
+import json
+
+# Compiling this case's unit takes minutes (the case yaml's `notebook.compiled` says how long and why), more than a
+# notebook cell should: this cell reads the harness's recorded inductor run instead. Run it live with
+#     python -m harness case=CASE_NAME compile=inductor
+records = sorted(ROOT.glob("results/matrix/cpu/torch-*/inductor/CASE_NAME/*.json"))
+mine = [path for path in records if f"torch-{torch.__version__.split('+')[0]}/" in str(path)]
+if not records:
+    print("no recorded inductor run of this case in results/matrix; run the command above")
+else:
+    path = (mine or records)[-1]
+    record = json.loads(path.read_text())
+    print(f"recorded: {path.relative_to(ROOT)}")
+    for phase in record["phases"]:
+        print(f"  {phase['phase']}: {phase['status']}: {' '.join(phase['message'].split())[:160]}")
+'''
+
 TIMING = '''\
 import torch.utils.benchmark as benchmark
 
@@ -164,12 +183,20 @@ def notebook(name: str) -> str:
         new_markdown_cell(
             "## 6. Under torch.compile\n\nMost training code runs compiled, and compiled code fails differently: a generated kernel "
             f"may abort the process where eager raises, or return garbage. What a user compiles here: {case.compiled_unit}. "
-            "The first run compiles (seconds); the kernels are cached for the next."
+            + ("The first run compiles (seconds); the kernels are cached for the next." if _compiles_in_a_cell(name)
+               else "Compiling this unit takes minutes, so the cell below reads the harness's recorded inductor run.")
         ),
-        new_code_cell(COMPILED),
+        new_code_cell(COMPILED if _compiles_in_a_cell(name) else RECORDED_COMPILED.replace("CASE_NAME", name)),
     ]
     for index, cell in enumerate(cells):
         cell["id"] = f"{name.replace('_', '-')}-{index}"  # fixed ids: nbformat would draw random ones
     book = new_notebook(cells=cells, metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}})
     nbformat.validate(book)
     return nbformat.writes(book) + "\n"
+
+
+def _compiles_in_a_cell(name: str) -> bool:
+    """Whether section 6 compiles live: not where the case yaml says `notebook: {compiled: records}` (a unit whose
+    compile takes minutes), where the cell reads the recorded inductor run instead."""
+    settings = yaml.safe_load((CASE_CONFIG_DIR / f"{name}.yaml").read_text()).get("notebook") or {}
+    return settings.get("compiled", "live") != "records"
