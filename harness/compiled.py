@@ -11,8 +11,11 @@ case whose unit runs elsewhere (a launcher's ranks) sets `compiles_itself = True
 from `cfg.compile`.
 
 Kernels are kept in a cache the harness owns, one folder per torch version (`cache_dir`), so a second run
-reuses them; a graded run uses a private one per child instead, so that a submission can neither read what
-another run left nor leave anything for the next (a poisoned kernel of the baseline would make any fix fast).
+reuses them. A child that runs a submitted fix is confined (harness/grading/confine.py), and compiles into a
+folder of its grade's own instead, shared by that grade's confined children (and the ranks they start) and
+deleted after it: a submission can neither read what another submission left nor leave anything for the next,
+and it cannot write the harness's cache, which the model solution's children read in a grade too (a poisoned
+kernel of the baseline would make any fix fast).
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def cache_dir(private: bool) -> Path:
     return CACHE_ROOT / f"torch-{torch.__version__.split('+')[0]}"
 
 
-PRIVATE_KERNELS = "HARNESS_PRIVATE_KERNELS"  # "1" in a graded child: the processes it starts (a launcher's ranks) compile privately too
+PRIVATE_KERNELS = "HARNESS_PRIVATE_KERNELS"  # "1" in a confined child: the processes it starts (a launcher's ranks) compile into its folder too
 
 
 def prepare(private: bool) -> str:

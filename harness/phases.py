@@ -251,8 +251,7 @@ def _compiled_fix(function: Callable, case: ModuleType, cfg: DictConfig, inputs:
     are recorded, and it runs compiled with them."""
     if compile_axis.mode_of(cfg) == "off" or getattr(case, "compiles_itself", False):
         return _compiled(function, case, cfg), {}, None
-    private = submission_of(cfg) is not None
-    whole = compile_axis.compiled(function, cfg, fullgraph=True, private=private)
+    whole = compile_axis.compiled(function, cfg, fullgraph=True)
     output, failure = _call(lambda x: compile_axis.timed_first_call(whole, x, lambda: synchronize(device)), inputs, device)
     if failure is None:
         return whole, {"fullgraph": True, "compile_s": output[1], "graphs": compile_axis.graphs_compiled()}, None
@@ -261,7 +260,7 @@ def _compiled_fix(function: Callable, case: ModuleType, cfg: DictConfig, inputs:
     figures: dict[str, Any] = {"fullgraph": False, "fullgraph_error": failure.headline[:300]}
     report, explain_failure = _call(lambda x: compile_axis.graph_report(function, x), inputs, device)
     figures.update(report or {"graph_report_failed": explain_failure.headline[:300]})
-    broken = compile_axis.compiled(function, cfg, private=private)
+    broken = compile_axis.compiled(function, cfg)
     output, failure = _call(lambda x: compile_axis.timed_first_call(broken, x, lambda: synchronize(device)), inputs, device)
     if failure is None:
         figures["compile_s"] = output[1]
@@ -269,13 +268,12 @@ def _compiled_fix(function: Callable, case: ModuleType, cfg: DictConfig, inputs:
 
 
 def _compiled(function: Callable, case: ModuleType, cfg: DictConfig) -> Callable:
-    """`function` under the config's compile mode (harness/compiled.py); itself where the case compiles its unit itself."""
-    private = submission_of(cfg) is not None
+    """`function` under the config's compile mode (harness/compiled.py); itself where the case compiles its unit itself.
+    A child that runs a submitted fix is confined, and confinement points its kernel cache, and its ranks', at the
+    grade's own folder (harness/grading/confine.py); every other child, in a grade too, uses the harness's cache."""
     if getattr(case, "compiles_itself", False):
-        if private and compile_axis.mode_of(cfg) != "off":
-            compile_axis.prepare(private=True)  # the processes it starts compile beneath this child's scratch folder
         return function
-    return compile_axis.compiled(function, cfg, private=private)
+    return compile_axis.compiled(function, cfg)
 
 
 @contextlib.contextmanager
@@ -373,6 +371,7 @@ def _timed(
     compiled_figures: dict[str, list] = {}  # per process: compile time of each side (cold or warm cache), graphs compiled while timed
     changed: dict[str, list[str]] = {}  # what the submission's import, then its calls, changed in its process
     max_s, max_processes = (timing.grade_max_s, 10_000) if graded else (timing.max_s, timing.max_processes)
+    compiling_s = 0.0  # compiles before each process's clock: reported, and not taken from max_s (a cold one can outlast it)
     while True:
         seeds = {"warmup": secrets.randbelow(1 << 31), "settle": secrets.randbelow(1 << 31), "timed": secrets.randbelow(1 << 31)} if graded else None
         process_dir = None
@@ -411,6 +410,8 @@ def _timed(
             for key in ("compile_s", "recompiled_on_new_inputs", "recompiled_while_timed"):
                 if key in told:
                     compiled_figures.setdefault(key, []).append(told[key])
+        children = {id(child): child for child in results.values()}.values()  # one child may serve several sides
+        compiling_s += sum(sum(child.value[0].get("compile_s", {}).values()) for child in children)
         for key in ("changed_on_import", "changed_by_its_calls"):
             for line in value.get(key, []):
                 changed.setdefault(key, [])
@@ -427,7 +428,7 @@ def _timed(
             continue
         estimate = estimate_ratio([p.samples for p in processes], timing.level)
         verdict = judge(estimate, budget) if budget is not None else "measured"
-        if verdict is None and (len(processes) >= max_processes or time.monotonic() - started >= max_s):
+        if verdict is None and (len(processes) >= max_processes or time.monotonic() - started - compiling_s >= max_s):
             verdict = "undecided" if graded else "inconclusive"
         if verdict is not None:
             break

@@ -126,7 +126,7 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
     for column in ("case", "device", "ok", "reproduce", "fix", "correct", "speed", "slow fixes", "bad fixes", "memory"):
         table.add_column(column, no_wrap=True)
     footnotes = []
-    undecided = 0
+    undecided = {"speed": 0, "memory": 0}
     for (record, _path, *_), note, status, overrides in zip(rows, notes, statuses, varying):
         case = record.case if record is not None else str(status.get("case", "?"))
         device = record.device if record is not None else str(status.get("device", "?"))
@@ -139,7 +139,9 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
         by_phase = {phase.phase: phase for phase in record.phases}
         bad_fixes = [phase for phase in record.phases if phase.phase.startswith("bad_fix:")]
         slow_fixes = [phase for phase in record.phases if phase.phase.startswith("slow_fix:") and phase.status != "no_budget"]
-        undecided += sum(phase.status == UNDECIDED for phase in record.phases)
+        for phase in record.phases:
+            if phase.status == UNDECIDED:
+                undecided["memory" if phase.phase == "memory" or phase.phase.startswith("memory_fix:") else "speed"] += 1
         table.add_row(
             label,
             device,
@@ -151,8 +153,10 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
             memory_cell(by_phase.get("memory"), [phase for phase in record.phases if phase.phase.startswith("memory_fix:") and phase.status != "no_budget"]),
         )
     _print_whole(console, table)
-    if undecided:
-        console.print(f"[yellow]{undecided} speed verdict(s) inconclusive[/yellow]: ok, but not a pass; rerun, or raise speed.max_s")
+    if undecided["speed"]:
+        console.print(f"[yellow]{undecided['speed']} speed verdict(s) inconclusive[/yellow]: ok, but not a pass; rerun, or raise speed.max_s")
+    if undecided["memory"]:
+        console.print(f"[yellow]{undecided['memory']} memory verdict(s) inconclusive[/yellow]: ok, but not a pass; rerun, or raise case.memory.steps")
     cut = sum(_is_cut(note) for note in notes)
     if cut:
         console.print(f"[red]{cut} job(s) cut[/red] before they finished (cancelled, out of time, killed): not a verdict on the case; each record keeps the phases before the cut")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -15,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import compiled as compile_axis
 from harness.grading import grade
+from harness.grading.confine import Limits
 from harness.cases import case_names, case_text, fork_server_modules, load_case
 from harness.isolate import preload, run_isolated
 from harness.memory import MemorySettings
@@ -193,7 +196,9 @@ def run_case(
     mode = compile_axis.mode_of(cfg)
     case_cfg = compile_axis.case_config(case_cfg, mode)
     phase_runner = run_phase if submitted is None else grade.run_phase
-    settings = Settings(device=device, timeout_s=float(cfg.timeout_s), speed=speed_settings(cfg), cpu_threads=int(cfg.speed.cpu_threads), memory=memory_settings(cfg))
+    kernels = tempfile.mkdtemp(prefix="harness-grade-kernels-") if submitted is not None and mode != "off" else None  # the submission's alone
+    limits = Limits(kernels=kernels)
+    settings = Settings(device=device, timeout_s=float(cfg.timeout_s), speed=speed_settings(cfg), cpu_threads=int(cfg.speed.cpu_threads), limits=limits, memory=memory_settings(cfg))
     record = CaseRecord(
         case=cfg.case.name,
         title=case_text(case).title,
@@ -209,7 +214,7 @@ def run_case(
     sources = grade.project_sources() if submitted is not None else {}
     phase, started, appended = None, time.monotonic(), 0.0
     try:
-        for phase in cfg.phases:
+        for phase in cfg.phases if submitted is None else [name for name in cfg.phases if name not in grade.CASE_CONTROLS]:
             on_phase(phase, None)
             started = time.monotonic()
             for phase_record in phase_runner(phase, case, case_cfg, settings):
@@ -224,6 +229,8 @@ def run_case(
         on_phase(str(phase), record.phases[-1])
         raise
     finally:
+        if kernels is not None:
+            shutil.rmtree(kernels, ignore_errors=True)
         if submitted is not None:  # the sources are checked, and restored, even when grading stopped half-way
             on_phase("integrity", None)
             record.phases.append(grade.integrity(sources, record))

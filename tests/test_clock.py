@@ -21,6 +21,12 @@ def test_a_child_clock_that_lags_the_parent_s_is_tampering():
     assert status == "clock_tampered" and "20%" in message
 
 
+def test_a_child_kept_waiting_on_a_loaded_machine_is_not_tampering():
+    # backward_twice's alternative at load 6-9: the child's clock saw 74% of the parent's time, all of the time it was on a CPU
+    assert anomaly([process(child_share=0.74, cpu_share=0.72), process(child_share=0.74, cpu_share=0.72)], "cpu") is None
+    assert anomaly([process(child_share=0.74, cpu_share=0.72)], "cuda")[0] == "clock_tampered"  # CUDA: the parent's time, as before
+
+
 def test_a_child_clock_that_runs_ahead_is_tampering():
     assert anomaly([process(child_share=1.5)], "cpu")[0] == "clock_tampered"
 

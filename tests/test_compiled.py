@@ -69,6 +69,7 @@ def compiled_embedding(environment, tmp_path_factory):
     return run_case(cfg, "cpu", tmp_path_factory.mktemp("compiled"), environment)
 
 
+@pytest.mark.slow  # compiles embedding_oob's functions with a cold kernel cache: 25 to 60 s, shared by the two tests that read it
 def test_the_compiled_lookup_fails_differently_from_eager_and_the_record_says_how(compiled_embedding):
     record, path = compiled_embedding
     assert path.name == "embedding_oob.cpu.inductor.json" and json.loads(path.read_text())["compile"] == "inductor"
@@ -79,6 +80,7 @@ def test_the_compiled_lookup_fails_differently_from_eager_and_the_record_says_ho
         assert reproduce.figures["signal"] == "SIGABRT" and any("index out of bounds" in line for line in reproduce.figures["native_message"])
 
 
+@pytest.mark.slow  # compiles embedding_oob's functions with a cold kernel cache: 25 to 60 s, shared by the two tests that read it
 def test_the_fix_compiles_as_one_graph_and_matches_the_eager_reference(compiled_embedding):
     record, _ = compiled_embedding
     fix, correct = record.phases[1], record.phases[2]
@@ -151,6 +153,7 @@ def test_the_fork_server_of_a_compiled_run_holds_the_compiler_imported_and_probe
     assert not stats.get("unique_graphs"), stats  # the children compile; the fork server never does
 
 
+@pytest.mark.slow  # a compiled run from the command line: 12 to 30 s
 def test_a_compiled_run_leaves_no_semaphore_for_the_resource_tracker_to_report(tmp_path):
     # Inductor's progress bar made tqdm create a multiprocessing lock in every compiled child, which ends with
     # os._exit: the harness's exit printed "There appear to be N leaked semaphore objects to clean up at shutdown".

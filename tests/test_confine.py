@@ -92,3 +92,32 @@ def _fork_many(count):
             time.sleep(30)
             os._exit(0)
     time.sleep(30)
+
+
+
+def kernel_folder_then_write(path):
+    from harness import compiled as compile_axis
+
+    folder = compile_axis.prepare(private=False)  # what a case's code asks for: the harness's cache
+    write_with_libc(os.path.join(folder, "kernel.so"))
+    write_with_libc(path)
+
+
+def kernel_folder():
+    from harness import compiled as compile_axis
+
+    return compile_axis.prepare(private=False), os.environ.get("TMPDIR")
+
+
+def test_a_confined_child_compiles_into_its_grade_s_kernel_folder_and_nowhere_else(tmp_path):
+    from harness import compiled as compile_axis
+
+    kernels, outside = tmp_path / "grade-kernels", tmp_path / "harness-cache.so"
+    kernels.mkdir()
+    result = run_isolated(kernel_folder_then_write, str(outside), timeout_s=60, confined=Limits(kernels=str(kernels)))
+    assert (kernels / "kernel.so").exists(), result.summary + result.output  # shared by the grade's confined children
+    if "landlock" in (result.confinement or ""):
+        assert result.status == "raised" and not outside.exists(), result.summary  # the harness's own cache stays out of reach
+    folder, scratch = run_isolated(kernel_folder, timeout_s=60, confined=Limits()).value
+    assert folder.startswith(scratch + os.sep)  # no grade folder given: a folder of its own
+    assert run_isolated(kernel_folder, timeout_s=60).value[0] == str(compile_axis.cache_dir(private=False))  # unconfined: the harness's cache

@@ -49,7 +49,8 @@ def first_failure(verdict):
 
 
 def test_an_alternative_correct_fix_is_accepted_and_the_record_names_it(tmp_path, environment):
-    verdict, record, path, copy = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["reproduce", "fix", "correct"])
+    phases = ["reproduce", "fix", "correct", "bad_fixes", "slow_fixes", "memory_fixes"]  # the case's controls are left out of a grade
+    verdict, record, path, copy = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", phases)
     assert verdict.accepted, verdict.line
     assert [p.status for p in record.phases] == ["reproduced", "passed", "passed", "passed", "passed"]
     assert record.phases[-1].phase == "integrity" and record.phases[-1].figures["sources"] > 30
@@ -73,6 +74,7 @@ def test_a_wrong_fix_is_rejected_by_correctness(tmp_path, environment):
     assert phase(record, "correct").status == "mismatch" and "differs from the reference" in verdict.line
 
 
+@pytest.mark.slow  # a speed grade (three timing children per process), as the exploit suite's speed attacks: 7 to 25 s
 def test_a_slow_fix_is_rejected_by_speed(tmp_path, environment):
     verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "twice_as_slow", ["fix", "correct", "speed"])
     speed = phase(record, "speed")
@@ -86,12 +88,14 @@ def searchsorted_speed(environment, tmp_path_factory):
     return graded(tmp_path_factory.mktemp("searchsorted_speed"), environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["speed"])
 
 
+@pytest.mark.slow  # a speed grade (three timing children per process), as the exploit suite's speed attacks: 7 to 25 s
 def test_speed_times_the_submitted_fix_against_the_model_solution(searchsorted_speed):
     # by_searchsorted does what `fixed` does: the ratio is near 1, not the guard-vs-no-guard ratio of the case's own speed phase
     _, record, _, _ = searchsorted_speed
     assert 0.4 < phase(record, "speed").figures["ratio"] < 2.5
 
 
+@pytest.mark.slow  # a speed grade (three timing children per process), as the exploit suite's speed attacks: 7 to 25 s
 def test_a_grade_that_cannot_tell_is_rejected_as_undecided_never_accepted(tmp_path, environment):
     # a fix as fast as the model solution against a budget of 1.0x: the interval straddles it, and the grading limit is short
     verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["speed"], "case.speed.budget.cpu=1.0", "speed.grade_max_s=0.01")
@@ -100,6 +104,7 @@ def test_a_grade_that_cannot_tell_is_rejected_as_undecided_never_accepted(tmp_pa
     assert verdict.line.startswith("rejected by speed: undecided: ") and "speed.grade_max_s" in verdict.line
 
 
+@pytest.mark.slow  # a speed grade (three timing children per process), as the exploit suite's speed attacks: 7 to 25 s
 def test_the_model_solution_is_timed_apart_and_beside_a_pristine_copy(searchsorted_speed):
     _, record, _, _ = searchsorted_speed
     figures = phase(record, "speed").figures
@@ -110,6 +115,7 @@ def test_the_model_solution_is_timed_apart_and_beside_a_pristine_copy(searchsort
 # -- attacks --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a speed grade (three timing children per process), as the exploit suite's speed attacks: 7 to 25 s
 def test_a_remembered_result_fails_the_check_of_the_timed_calls(tmp_path, environment):
     # it computes once per process, on the warm-up inputs, and returns that for the timed inputs too
     verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "remembers_its_result", ["speed"])
@@ -197,6 +203,7 @@ def test_submitting_the_model_solution_itself_is_caught(tmp_path, environment):
     assert "ModelSolutionCalled" in verdict.line, verdict.line
 
 
+@pytest.mark.slow  # a speed grade (three timing children per process), as the exploit suite's speed attacks: 7 to 25 s
 def test_the_speed_baseline_still_runs_the_model_solution_behind_the_tripwires(searchsorted_speed):
     # embedding_oob's fixed calls encode_emotion, tripwired in the graded process: outside the submitted call it must run
     _, record, _, _ = searchsorted_speed
@@ -368,11 +375,11 @@ def test_grading_keeps_only_the_speed_comparisons_that_apply_to_a_submitted_fix(
 
 def test_a_file_whose_import_kills_its_parent_is_rejected_with_exit_1_never_bad_usage(tmp_path):
     (tmp_path / "kills.py").write_text("import os\nimport signal\n\nos.kill(os.getppid(), signal.SIGKILL)\n\n\ndef fix(x):\n    return x\n")
-    for _ in range(2):
-        run = harness("case=embedding_oob", "device=cpu", "phases=[fix,correct]", f"fix={tmp_path}/kills.py:fix", tmp_path=tmp_path)
-        verdict = run.stdout.strip().splitlines()[-1]
-        assert run.returncode == 1, run.stdout + run.stderr
-        assert verdict.startswith("rejected by fix: crashed: importing it killed its parent process, the harness's fork server"), verdict
+    # the same verdict every time: graded 10 times for issue 25; tests/test_isolate.py repeats the fork server's loss itself
+    run = harness("case=embedding_oob", "device=cpu", "phases=[fix,correct]", f"fix={tmp_path}/kills.py:fix", tmp_path=tmp_path)
+    verdict = run.stdout.strip().splitlines()[-1]
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert verdict.startswith("rejected by fix: crashed: importing it killed its parent process, the harness's fork server"), verdict
     (tmp_path / "missing.py").write_text("import os\n\n\ndef fix(x):\n    return x\n")
     run = harness("case=embedding_oob", "device=cpu", f"fix={tmp_path}/missing.py:no_such_function", tmp_path=tmp_path)
     assert run.returncode == 2 and "no function 'no_such_function'" in run.stderr, run.stderr  # exit 2 stays for what does not exist

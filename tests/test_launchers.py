@@ -228,3 +228,23 @@ def test_a_sweep_cut_by_sigterm_mid_phase_records_the_phase_it_cut(tmp_path):
     assert status["exit_code"] is None and "SIGTERM" in status["cut"]
     summary = output[output.rindex("summary") :]
     assert "1 job(s) cut" in summary and "cut in phase speed" in summary
+
+
+def test_the_summary_counts_undecided_speed_and_memory_apart():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from harness.records import CaseRecord, PhaseRecord
+    from harness.report import print_summary
+
+    phases = [
+        PhaseRecord("speed", "inconclusive", True, ""),
+        PhaseRecord("memory", "inconclusive", True, ""),
+        PhaseRecord("memory_fix:keeps_graph", "inconclusive", True, ""),
+    ]
+    record = CaseRecord("graph_kept_alive", "", "cpu", "", {}, {}, phases)
+    console = Console(file=StringIO(), width=200)
+    print_summary(console, [(record, None)])
+    printed = console.file.getvalue()
+    assert "1 speed verdict(s) inconclusive" in printed and "2 memory verdict(s) inconclusive" in printed

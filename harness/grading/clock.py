@@ -258,6 +258,8 @@ def _keep(answer: bytes, check_dir: Path, index: int) -> str:
 
 CLOCK_SLACK_S = 0.002  # per block: the pipe's round trip and a wake-up on a loaded machine
 CLOCK_AGREEMENT = 0.9  # the child's clock must account for this share of the parent's, for the candidate's blocks
+# (on CPU, of the time the child was on a CPU within each block: a loaded machine keeps a child waiting between
+# the request and its own clock's start, and that wait is the parent's alone; a patched clock shows on a quiet one)
 EXTRA_CORES = 1.25  # CPU time / wall time of a block past which more than one core worked (CPU timing is single-threaded)
 OUTSIDE_SHARE = 0.1  # CPU while the clock was stopped, as a share of the candidate's timed time, past which work escaped it
 OUTSIDE_FLOOR_S = 0.02
@@ -304,10 +306,12 @@ def anomaly(processes: list[TimedProcess], device: str) -> tuple[str, str] | Non
                 return "clock_tampered", f"the child's clock read {b.child_s * 1e3:.2f} ms for a {b.side} block the parent timed at {b.parent_s * 1e3:.2f} ms: its clock runs ahead"
     candidate = [b for p in processes for b in p.blocks if b.side == "candidate"]
     parent_s, child_s = sum(b.parent_s for b in candidate), sum(b.child_s for b in candidate)
-    if child_s < CLOCK_AGREEMENT * parent_s - CLOCK_SLACK_S * len(candidate):
+    on_cpu_s = sum(min(b.parent_s, b.cpu_s) for b in candidate) if device == "cpu" else parent_s
+    if child_s < CLOCK_AGREEMENT * on_cpu_s - CLOCK_SLACK_S * len(candidate):
         return "clock_tampered", (
-            f"the child's clock saw {child_s * 1e3:.1f} ms of the candidate's calls, the parent's {parent_s * 1e3:.1f} ms "
-            f"({child_s / parent_s:.0%}): something in the graded process changed its clock; the parent's figures decided"
+            f"the child's clock saw {child_s * 1e3:.1f} ms of the candidate's calls, the parent's {parent_s * 1e3:.1f} ms, "
+            f"of which the child was on a CPU {on_cpu_s * 1e3:.1f} ms ({child_s / on_cpu_s:.0%} of that): something in the graded process "
+            "changed its clock; the parent's figures decided"
         )
     if device != "cpu":
         return None

@@ -2,7 +2,8 @@
 
 In the child, before the submitted file is imported (`confine_child`):
     writes     Landlock (Linux >= 5.13, no privileges needed) lets the process and everything it starts
-               write only beneath its scratch directory and /dev: not the project, not the installed
+               write only beneath its scratch directory, the grade's kernel folder (`Limits.kernels`,
+               where what it compiles is cached) and /dev: not the project, not the installed
                packages, not the record directory. An audit hook refuses and logs Python-level writes
                elsewhere as well, so a refused write is named in the record, and still refuses them
                where Landlock is missing (then code that writes through ctypes is not stopped, and the
@@ -26,6 +27,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from harness.compiled import PRIVATE_KERNELS
+
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446  # same on x86-64 and arm64
 LANDLOCK_CREATE_RULESET_VERSION, LANDLOCK_RULE_PATH_BENEATH = 1, 1
@@ -43,6 +46,7 @@ class Limits:
     open_files: int = 4096
     file_bytes: int = 4 << 30
     processes: int = 256  # processes a grade may have at once (rlimit for a user other than root; counted by the parent for root)
+    kernels: str | None = None  # the grade's kernel cache for the submission's compiled code, shared by its confined children alone (writable beside scratch)
 
 
 @dataclass
@@ -58,9 +62,12 @@ def confine_child(scratch: str, limits: Limits, refused_log: str) -> Confinement
     scratch = os.path.realpath(scratch)
     os.environ["TMPDIR"] = scratch
     tempfile.tempdir = scratch
+    kernels = os.path.realpath(limits.kernels) if limits.kernels else tempfile.mkdtemp(prefix="inductor-", dir=scratch)
+    os.environ[PRIVATE_KERNELS], os.environ["TORCHINDUCTOR_CACHE_DIR"] = "1", kernels  # what it compiles, and the ranks it starts, stay in the grade
     sys.dont_write_bytecode = True  # a .pyc beside the submitted file would be a refused write
-    sys.addaudithook(_write_guard(scratch, refused_log))
-    writes = _landlock(scratch)
+    writable = (scratch, kernels)
+    sys.addaudithook(_write_guard(writable, refused_log))
+    writes = _landlock(writable)
     return Confinement(writes, _set_limits(limits))
 
 
@@ -106,8 +113,9 @@ AUDITED_WRITES = {
 }
 
 
-def _write_guard(scratch: str, refused_log: str):
-    allowed = (scratch + os.sep, *(root + os.sep for root in WRITABLE_BESIDE_SCRATCH))
+def _write_guard(writable: tuple[str, ...], refused_log: str):
+    scratch = writable[0]
+    allowed = (*(root + os.sep for root in writable), *(root + os.sep for root in WRITABLE_BESIDE_SCRATCH))
     log_fd = os.open(refused_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def full_path(path, dir_fd) -> str | None:
@@ -144,7 +152,7 @@ def refused_writes(refused_log: str) -> list[str]:
         return []
 
 
-def _landlock(scratch: str) -> str:
+def _landlock(writable: tuple[str, ...]) -> str:
     if not sys.platform.startswith("linux"):
         return f"audit hook only (Landlock is Linux's; this is {sys.platform})"
     libc = ctypes.CDLL(None, use_errno=True)
@@ -158,7 +166,7 @@ def _landlock(scratch: str) -> str:
     if ruleset < 0:
         return f"audit hook only (Landlock refused a ruleset: {os.strerror(ctypes.get_errno())})"
     try:
-        for root in (scratch, *WRITABLE_BESIDE_SCRATCH):
+        for root in (*writable, *WRITABLE_BESIDE_SCRATCH):
             _allow_beneath(libc, ruleset, root, handled)
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
             return f"audit hook only (Landlock could not restrict this process: {os.strerror(ctypes.get_errno())})"

@@ -1,8 +1,10 @@
 """Grade a fix written by someone else: `python -m harness case=<name> fix=<file.py>:<function>`.
 
 The submitted function replaces the case's `fixed` in the fix, correct and speed phases (see
-`harness.phases.fix_under_test`); reproduce and the bad fixes run as always. Grading adds what a
-fix written by someone else needs and the case's own does not:
+`harness.phases.fix_under_test`); reproduce runs as always, and the case's controls (slow, bad and
+memory fixes: they show the harness can fail on the case, which its own run does, and say nothing of
+a submission) are left out. Grading adds what a fix written by someone else needs and the case's own
+does not:
 
     correct                the submitted fix runs in one child (the file imported there, never in the
     correct:second_inputs  parent); its output and its inputs afterwards come back as `torch.save` bytes.
@@ -75,6 +77,7 @@ from harness.grading.submitted import SUBMITTED_KEY, Submission, file_sha256, im
 
 IMPLAUSIBLY_FAST = 0.25  # submitted / model solution: below this the fix is flagged, not praised
 GRADED_PHASES = ("fix", "correct", "correct:second_inputs", "speed", "integrity")
+CASE_CONTROLS = ("slow_fixes", "bad_fixes", "memory_fixes")  # left out of a grade: they test the harness on the case (its own run does), not a submission
 PROJECT_SOURCES = ("harness/**/*.py", "cases/**/*.py", "conf/**/*.yaml", "pyproject.toml")  # byte-identical after grading, or restored
 HINT_STEPS = 3
 EXERCISE_FUNCTION = "fix"
