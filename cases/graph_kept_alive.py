@@ -65,7 +65,11 @@ Compiled: `torch.compile(model)`, as a user compiles the network (compiles_itsel
     compiled graph saves 48.3 MiB a batch for its backward (eager 42.4), the half batches 57.2; the compiled
     no_grad fix keeps 0 B. Compiling DenseNet-121 costs minutes here (the first reproduce 547 s, the first
     no_grad compile past the 300 s phase limit on a loaded 2-core machine; 41-53 s for reproduce with the
-    kernel cache warm), and each new batch size (the controls' 8 and 1) compiles again.
+    kernel cache warm), and each new batch size (the controls' 8 and 1) compiles again. The matrix
+    (torch 2.3.1-2.15.0) finds two versions apart: on 2.4.1 the compiled no_grad network runs ~3x slower than
+    under inference_mode (speed over budget, 3.2x), and on 2.4.1-2.6.0 its peak per batch, 2.7-4.6 MiB
+    against the inference_mode baseline's 128 KiB-2.2 MiB, is over the peak budget (1.5x, at least of 1 MiB):
+    over it in both 2.6.0 runs and in one of two on 2.4.1. It keeps nothing a batch on every version.
 """
 
 import gc

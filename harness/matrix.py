@@ -40,7 +40,7 @@ DOC_HEADER = """# The regression matrix
 Generated from the records in `results/matrix` by `python -m harness.matrix table results/matrix > docs/matrix.md`;
 `python -m harness.matrix check results/matrix` compares them with `expectations.yaml`. Each cell: the
 reproduce outcome, the speed ratio of the fix against its baseline, and the bad fixes rejected; fix and
-correct passed unless the cell says otherwise. Each case has a row eager and a row per compile backend
+correct passed, and the fix's memory within its budget, unless the cell says otherwise. Each case has a row eager and a row per compile backend
 (`compile=inductor`: harness/compiled.py), side by side. Records come from `nox -s matrix` (docs/matrix_cost.md
 for its time and disk cost). Torch 2.13.0 is the local CPU wheel; the others are the registry's CUDA builds,
 run on the CPU. No GPU records yet.
@@ -216,6 +216,8 @@ def _cell(record: Record | None) -> str:
         others.append("**over budget**")
     if record.statuses.get("speed") == UNDECIDED:
         others.append("_inconclusive_")
+    if record.statuses.get("memory") in ("over_budget", UNDECIDED):
+        others.append(f"**memory {record.statuses['memory'].replace('_', ' ')}**")
     return ", ".join(parts + others)
 
 

@@ -344,3 +344,13 @@ def test_a_new_outcome_with_the_same_text_is_a_change(tmp_path, capsys):
     _compiled_abort(tmp_path / "new", "2.6.0", "RuntimeError: index out of bounds: 0 <= tmp7 < 4096L", status="raised")
     code, out = _changes(tmp_path / "old", tmp_path / "new", capsys)
     assert code == 1 and "- `reproduce`: aborted -> raised" in out, out
+
+
+def test_a_fix_over_its_memory_budget_shows_in_the_table(tmp_path):
+    for version, memory in (("2.6.0", "over_budget"), ("2.9.1", "within_budget")):
+        phases = [{"phase": "reproduce", "status": "reproduced", "message": "", "figures": {}}, {"phase": "memory", "status": memory, "message": memory, "figures": {}}]
+        record = {"case": "graph_kept_alive", "device": "cpu", "compile": "inductor", "environment": {"torch": version}, "phases": phases}
+        (tmp_path / version).mkdir()
+        (tmp_path / version / "graph_kept_alive.cpu.inductor.json").write_text(json.dumps(record))
+    row = next(line for line in table(load_records(tmp_path)).splitlines() if line.startswith("| `graph_kept_alive`"))
+    assert row == "| `graph_kept_alive` | inductor | reproduced, **memory over budget** | reproduced |"
