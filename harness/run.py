@@ -214,7 +214,7 @@ def run_case(
     sources = grade.project_sources() if submitted is not None else {}
     phase, started, appended = None, time.monotonic(), 0.0
     try:
-        for phase in cfg.phases if submitted is None else [name for name in cfg.phases if name not in grade.CASE_CONTROLS]:
+        for phase in cfg.phases if submitted is None else grade.phases_of_a_grade(cfg.phases, case_cfg, device):
             on_phase(phase, None)
             started = time.monotonic()
             for phase_record in phase_runner(phase, case, case_cfg, settings):

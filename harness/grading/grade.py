@@ -27,12 +27,12 @@ does not:
                                work_beside_the_clock      CPU beyond one core during a block, or while it should idle
                                faster_on_repeated_inputs  a cache answers the timed inputs after their first call
                                implausibly_fast           below IMPLAUSIBLY_FAST times the model solution
-    memory                 where the case sets a memory budget (`memory.grade_budget`, else `memory.budget`):
+    memory                 where the case sets a memory budget (`memory.grade_budget`, else `memory.budget`; else not run):
                            the submitted fix's memory over the steps (harness/memory.py), in a confined child,
                            against the case's `fixed` in a child that never imports it, over a number of
                            steps the submission cannot know;
                            its resident memory read from outside its process. An interval that still
-                           straddles the budget is `undecided`, a rejection. Without a budget: figures only.
+                           straddles the budget is `undecided`, a rejection. Without a budget it is not run.
     integrity              last, in this process: the project's sources byte-identical (a changed one is
                            restored: tampered), no write outside the sandbox attempted (wrote_outside_sandbox),
                            no process of the submission left running (left_processes, killed).
@@ -69,7 +69,7 @@ from harness.cases import REQUIRED_SECTIONS, ROOT, load_case
 from harness.compare import compare, flatten_tensors, snapshot
 from harness.grading.confine import Limits
 from harness.isolate import ChildResult, run_isolated
-from harness.phases import Settings, _abnormal, _call, _compiled, _difference, _record, _tolerance, fix_under_test, speed_config
+from harness.phases import Settings, _abnormal, _call, _compiled, _difference, _record, _tolerance, fix_under_test, memory_budget, speed_config
 from harness.phases import run_phase as run_case_phase
 from harness.records import CaseRecord, PhaseRecord
 from harness.cases import global_names, reachable
@@ -196,6 +196,12 @@ def graded_config(case_cfg: DictConfig, submitted: Submission) -> DictConfig:
 
 
 # -- the phases when grading -------------------------------------------------------------------------
+
+
+def phases_of_a_grade(phases: list[str], cfg: DictConfig, device: str) -> list[str]:
+    """The configured phases that judge a submission, or show its failure: the case's controls left out, and
+    the memory phase where the case sets no memory budget on this device (it would give figures only)."""
+    return [name for name in phases if name not in CASE_CONTROLS and (name != "memory" or memory_budget(cfg, device) is not None)]
 
 
 def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
