@@ -392,3 +392,12 @@ def test_where_a_case_sets_a_memory_budget_the_fix_is_judged_on_memory_too(tmp_p
     memory = phase(record, "memory")
     assert memory.figures["baseline_function"] == "fixed" and memory.figures["steps"] in range(8, 12)  # 0-3 more, drawn privately
     assert memory.figures["confinement"]  # measured in the confined child
+
+
+def test_a_speed_comparison_that_ran_in_a_grade_counts_in_its_verdict():
+    from harness.records import CaseRecord, PhaseRecord
+
+    phases = [PhaseRecord(name, status, status in ("passed", "within_budget"), status) for name, status in (
+        ("fix", "passed"), ("correct", "passed"), ("speed", "within_budget"), ("speed:against_upstream", "undecided"), ("integrity", "passed"))]
+    verdict = grade.verdict(CaseRecord("class_weight_index", "", "cpu", "", {}, {}, phases))
+    assert not verdict.accepted and verdict.line.startswith("rejected by speed:against_upstream: undecided"), verdict.line

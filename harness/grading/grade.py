@@ -472,7 +472,7 @@ def _flag_implausibly_fast(record: PhaseRecord) -> PhaseRecord:
 def verdict(record: CaseRecord) -> Verdict:
     """Accepted when every graded check that ran passed, with what was checked; else the first failing one
     (the integrity check first: it names what a submission did to the grader), with its evidence."""
-    graded = [phase for phase in record.phases if phase.phase in GRADED_PHASES or _memory_judged(phase)]
+    graded = [phase for phase in record.phases if phase.phase in GRADED_PHASES or phase.phase.startswith("speed:") or _memory_judged(phase)]
     failed = sorted((phase for phase in graded if not phase.ok), key=lambda phase: phase.phase != "integrity")
     if failed:
         also = "".join(f"; also {phase.phase}: {phase.status}" for phase in failed[1:4])
