@@ -114,18 +114,19 @@ def quiet_progress_bar_lock() -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def compiled(function: Callable, cfg: Any, *, fullgraph: bool = False, private: bool = False) -> Callable:
+def compiled(function: Callable, cfg: Any, *, fullgraph: bool = False) -> Callable:
     """`function` as the config's compile mode runs it: itself when off, else `torch.compile(function, backend=...)`."""
-    return under(mode_of(cfg), function, fullgraph=fullgraph, private=private)
+    return under(mode_of(cfg), function, fullgraph=fullgraph)
 
 
-def under(mode: str, function: Callable, *, fullgraph: bool = False, private: bool = False) -> Callable:
-    """`function` (or an nn.Module) compiled with backend `mode`; itself when `mode` is off."""
+def under(mode: str, function: Callable, *, fullgraph: bool = False) -> Callable:
+    """`function` (or an nn.Module) compiled with backend `mode`; itself when `mode` is off. A confined child (a
+    grade's) has its kernel folder set by confinement (harness/grading/confine.py), which `prepare` follows."""
     if mode == "off":
         return function
     import torch
 
-    prepare(private)
+    prepare(private=False)
     return torch.compile(function, backend=mode, fullgraph=fullgraph)
 
 
