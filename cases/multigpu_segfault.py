@@ -164,6 +164,7 @@ class Job(NamedTuple):
     max_restarts: int  # torch elastic restarts of the whole group
     deadline_s: float  # the launch is killed past this
     compile: str = "off"  # torch.compile's backend for each rank's DDP model (compile=...), or off
+    backend: str = "auto"  # the process group's: gloo, nccl, or auto (nccl where every rank has a GPU of its own, else gloo)
 
 
 def make_inputs(cfg, device):
@@ -195,6 +196,7 @@ def make_inputs(cfg, device):
         max_restarts=0,
         deadline_s=float(cfg.deadline_s if compiled == "off" else cfg.compiled_deadline_s),
         compile=compiled,
+        backend=cfg.get("backend", "auto"),
     )
 
 
@@ -237,6 +239,8 @@ def start_rank(job):
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
         backend = "nccl" if torch.cuda.device_count() >= job.ranks else "gloo"  # one GPU: gloo with CUDA tensors
+    if job.backend != "auto":
+        backend = job.backend  # nccl with two ranks on one GPU: what NCCL does then is a result to record
     dist.init_process_group(backend, timeout=timedelta(seconds=job.pg_timeout_s))
     return rank, device
 

@@ -133,14 +133,17 @@ def _package_versions() -> dict[str, str]:
 
 
 def _git_commit() -> str | None:
+    """HEAD of the checkout, `-dirty` with uncommitted changes; where the tree is a copy without .git (a lent GPU
+    machine), what its sender put in TORCH_ERROR_CASES_COMMIT."""
+    copied = os.environ.get("TORCH_ERROR_CASES_COMMIT")
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:
-            return None
+            return copied
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, timeout=5)
         return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
-        return None
+        return copied
 
 
 def _nvidia_driver() -> str | None:

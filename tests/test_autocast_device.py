@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from cases import autocast_device as case  # noqa: E402
 from harness.compare import compare  # noqa: E402
+from tests.conftest import requires_cuda  # noqa: E402
 
 try:
     import speechbrain
@@ -185,8 +186,8 @@ def without_cuda_set_device():
         torch.cuda.set_device = set_device
 
 
-def run_brain(device, precision):
-    """Build the real Brain with run_opts device and precision; on a CPU string fit one batch.
+def run_brain(device, precision, fit=None):
+    """Build the real Brain with run_opts device and precision; fit one batch on a CPU string, or where `fit`.
 
     Returns the logits' dtype in the step (None when only built), or raises what Brain raised.
     """
@@ -194,20 +195,20 @@ def run_brain(device, precision):
 
     class TinyBrain(sb.Brain):
         def compute_forward(self, batch, stage):
-            logits = self.modules.model(batch[0])
+            logits = self.modules.model(batch[0].to(self.device))
             self.logits_dtype = logits.dtype
             return logits
 
         def compute_objectives(self, logits, batch, stage):
-            return F.cross_entropy(logits, batch[1])
+            return F.cross_entropy(logits, batch[1].to(self.device))
 
-    on_cpu = torch.device(device).type == "cpu"
-    modules = {"model": torch.nn.Linear(32, 8)} if on_cpu else {}  # nothing to move to an absent device
-    with warnings.catch_warnings(), without_cuda_set_device():
+    fit = torch.device(device).type == "cpu" if fit is None else fit
+    modules = {"model": torch.nn.Linear(32, 8)} if fit else {}  # nothing to move to an absent device
+    with warnings.catch_warnings(), contextlib.nullcontext() if fit else without_cuda_set_device():
         warnings.simplefilter("ignore")
         run_opts = {"device": device, "precision": precision}
         brain = TinyBrain(modules, opt_class=lambda params: torch.optim.SGD(params, lr=0.1), run_opts=run_opts)
-        if not on_cpu:
+        if not fit:
             return None
         brain.init_optimizers()
         generator = torch.Generator().manual_seed(0)
@@ -245,6 +246,19 @@ def test_brain_builds_its_autocast_or_fails_as_recorded(device):
         assert raised == f"RuntimeError: User specified an unsupported autocast device_type '{passed}'"
     else:
         assert raised is None or not ("device_type" in raised or "unsupported autocast" in raised), raised
+
+
+@requires_cuda
+@needs_speechbrain
+@pytest.mark.cuda
+def test_brain_fits_an_fp16_batch_on_cuda_0():
+    """Upstream's own setting on a real GPU: run_opts device `cuda:0`, fp16, one batch through fit_batch."""
+    passed = speechbrain_device_type(speechbrain.__version__, "cuda:0")
+    if torch_rejects(passed):
+        with pytest.raises(RuntimeError, match=f"unsupported autocast device_type '{passed}'"):
+            run_brain("cuda:0", "fp16", fit=True)
+    else:
+        assert run_brain("cuda:0", "fp16", fit=True) == torch.float16
 
 
 def autocast_rows():

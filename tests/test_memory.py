@@ -132,6 +132,7 @@ def test_a_launcher_case_says_why_its_memory_is_not_measured(tmp_path, environme
 
 
 @requires_cuda
+@pytest.mark.cuda
 def test_on_cuda_the_allocator_sees_one_mib_per_step():  # pragma: no cover - needs a GPU
     from tests.memory_children import measure_on_cuda_in_child
 

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The CUDA evidence, run on a lent GPU machine (no network) from the repository root:
+#   bash tools/device_evidence.sh eager|compiled|grade|suite [case ...]
+# Wheels for what the machine lacks travel in .whl/ (README "GPU evidence"); records land under
+# results/matrix/cuda/torch-<version>/ as on CPU, and everything written goes to $OUT/<mode>.tgz with a log.
+set -u
+mode=${1:?eager, compiled, grade or suite}; shift
+cases=${*:-}
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+log="$out/$mode.log"
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+
+if [ ! -e /tmp/site/.installed ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    touch /tmp/site/.installed
+fi
+export PYTHONPATH=/tmp/site:$PWD
+version=$(python3 -c 'import torch; print(torch.__version__.split("+")[0])')
+records=results/matrix/cuda/torch-$version
+
+deadline=${DEADLINE_S:-570}  # the whole script's, under the device call's 600 s: a step gets at most what is left
+step() {  # step <name> <seconds> <command...>: bounded, timed, logged; a step that fails or times out does not stop the rest
+    local name=$1 limit=$2; shift 2
+    local start=$SECONDS left=$((deadline - SECONDS - 20))
+    if [ "$left" -lt 30 ]; then echo "=== $name: skipped, ${left}s left" >>"$log"; return; fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo "=== $name ($(date -u +%H:%M:%S), limit ${limit}s)" >>"$log"
+    timeout -k 10 "$limit" "$@" >>"$log" 2>&1
+    echo "=== $name: exit $? after $((SECONDS - start))s" >>"$log"
+}
+
+{
+    echo "mode=$mode cases=${cases:-all} commit=${TORCH_ERROR_CASES_COMMIT:-?}"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+    python3 -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "triton", triton.__version__, "nccl", torch.cuda.nccl.version())'
+    nproc
+} >"$log" 2>&1
+
+glob=${cases:+$(echo "$cases" | tr ' ' ',')}
+select=${glob:+"case=$glob"}
+select=${select:-"case=glob(*)"}
+case $mode in
+eager)
+    step multirun 330 python3 -m harness -m "$select" device=cuda timeout_s=150 \
+        "hydra.sweep.dir=$records" 'hydra.sweep.subdir=${case.name}'
+    for backend in nccl gloo; do
+        step "multigpu_segfault-$backend" 90 python3 -m harness case=multigpu_segfault device=cuda case.backend=$backend \
+            'phases=[reproduce,fix,correct]' "hydra.run.dir=results/cuda_backends/torch-$version/$backend"
+    done
+    step speechbrain-tier 60 python3 -m pytest -p no:cacheprovider -q -rA tests/test_autocast_device.py -k brain
+    step pytest-cuda 300 python3 -m pytest -m cuda -p no:cacheprovider -q -rA tests/test_cuda.py tests/test_class_weight_index.py \
+        tests/test_memory.py tests/test_autocast_device.py
+    ;;
+compiled)
+    step multirun-inductor 540 python3 -m harness -m "$select" device=cuda compile=inductor timeout_s=300 \
+        "hydra.sweep.dir=$records/inductor" 'hydra.sweep.subdir=${case.name}'
+    ;;
+grade)
+    for name in $cases; do
+        step "grade-$name" 150 python3 -m harness case=$name device=cuda fix=tests/fixes/alternatives.py:$name \
+            "hydra.run.dir=results/cuda_grades/torch-$version/$name"
+    done
+    ;;
+suite)
+    step pytest 540 python3 -m pytest -p no:cacheprovider -q -x --timeout 240 tests
+    ;;
+esac
+tar czf "$out/$mode.tgz" --exclude='*.pyc' results/matrix/cuda results/cuda_backends results/cuda_grades 2>/dev/null
+echo "=== done $(date -u +%H:%M:%S)" >>"$log"
