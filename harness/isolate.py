@@ -112,6 +112,10 @@ class ChildResult:
         return f"exited with code {self.exit_code} without a result"
 
 
+# The fork server imports upstream packages that ask torch.cuda.is_available() at import (mmengine does). Asked of
+# the CUDA runtime, that marks the server so every child forked from it fails at its first CUDA call ("Cannot
+# re-initialize CUDA in forked subprocess"); asked of NVML (torch's own switch), it leaves the server fork-safe.
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 _FORK_SERVER = multiprocessing.get_context("forkserver")
 _DEFAULT_PRELOAD = ["__main__", "torch"]  # __main__: children resolve functions defined there without re-running it
 _FORK_SERVER.set_forkserver_preload(_DEFAULT_PRELOAD)

@@ -170,3 +170,14 @@ def test_a_child_that_kills_or_stops_its_fork_server_gets_the_same_result_every_
         assert result.summary == f"{lost} its parent process, the harness's fork server" and not result.left_behind
         assert time.monotonic() - started < 30  # a stopped server is killed, never waited for until the deadline
         assert run_isolated(_add, 1, 2, timeout_s=60).value == 3  # the next child gets a new server
+
+
+def _cuda_check_of_the_child():
+    return os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"), torch.cuda._is_in_bad_fork()
+
+
+def test_children_ask_nvml_whether_cuda_is_there_so_an_import_that_asks_cannot_poison_the_fork_server():
+    """mmengine asks torch.cuda.is_available() at import, in the fork server: through the CUDA runtime that marked
+    every child forked after it ("Cannot re-initialize CUDA in forked subprocess", seen on an H100)."""
+    result = run_isolated(_cuda_check_of_the_child, timeout_s=60)
+    assert result.value == ("1", False), result.summary
