@@ -133,9 +133,11 @@ def _package_versions() -> dict[str, str]:
 
 
 def _git_commit() -> str | None:
-    """HEAD of the checkout, `-dirty` with uncommitted changes; where the tree is a copy without .git (a lent GPU
-    machine), what its sender put in TORCH_ERROR_CASES_COMMIT."""
+    """HEAD of the checkout, `-dirty` with uncommitted changes; for a copied tree (a lent GPU machine, whose .git
+    need not be the sender's), what the sender put in TORCH_ERROR_CASES_COMMIT."""
     copied = os.environ.get("TORCH_ERROR_CASES_COMMIT")
+    if copied:
+        return copied
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:

@@ -177,6 +177,17 @@ def record_name(case: str, device: str, mode: str) -> str:
     return f"{case}.{device}.json" if mode == "off" else f"{case}.{device}.{mode}.json"
 
 
+def on_device(case_cfg: Any, device: str) -> Any:
+    """The case config on `device`: where the yaml sets `<device>_tolerance` (CUDA: TF32 in cuDNN, fp16 kernels), each
+    of its bounds widens `tolerance` (or `compile_tolerance`, already in place) to at least that much there."""
+    wider = case_cfg.get(f"{device}_tolerance")
+    if wider is None:
+        return case_cfg
+    merged = OmegaConf.merge(case_cfg, {})
+    merged.tolerance = {bound: max(float(case_cfg.tolerance[bound]), float(wider[bound])) for bound in ("atol", "rtol")}
+    return merged
+
+
 def run_case(
     cfg: DictConfig,
     device: str,
@@ -194,7 +205,7 @@ def run_case(
     submitted = submitted_fix(cfg)
     case_cfg = cfg.case if submitted is None else grade.graded_config(cfg.case, submitted)
     mode = compile_axis.mode_of(cfg)
-    case_cfg = compile_axis.case_config(case_cfg, mode)
+    case_cfg = on_device(compile_axis.case_config(case_cfg, mode), device)
     phase_runner = run_phase if submitted is None else grade.run_phase
     kernels = tempfile.mkdtemp(prefix="harness-grade-kernels-") if submitted is not None and mode != "off" else None  # the submission's alone
     limits = Limits(kernels=kernels)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The CUDA evidence, run on a lent GPU machine (no network) from the repository root:
-#   bash tools/device_evidence.sh eager|compiled|grade|suite [case ...]
+#   DEADLINE_S=<s> bash tools/device_evidence.sh eager|backends|speechbrain|tests|diagnose|compiled|grade|suite [case or question ...]
 # Wheels for what the machine lacks travel in .whl/ (README "GPU evidence"); records land under
 # results/matrix/cuda/torch-<version>/ as on CPU, and everything written goes to $OUT/<mode>.tgz with a log.
 set -u
-mode=${1:?eager, compiled, grade or suite}; shift
+mode=${1:?a mode: eager, backends, speechbrain, tests, diagnose, compiled, grade or suite}; shift
 cases=${*:-}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-log="$out/$mode.log"
+log="$out/$mode.log"; [ -e "$log" ] && log="$out/$mode-$$.log"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 
 if [ ! -e /tmp/site/.installed ]; then
@@ -43,13 +43,22 @@ case $mode in
 eager)
     step multirun 330 python3 -m harness -m "$select" device=cuda timeout_s=150 \
         "hydra.sweep.dir=$records" 'hydra.sweep.subdir=${case.name}'
+    ;;
+backends)  # multigpu_segfault's two ranks on one GPU with each process-group backend
     for backend in nccl gloo; do
         step "multigpu_segfault-$backend" 90 python3 -m harness case=multigpu_segfault device=cuda case.backend=$backend \
             'phases=[reproduce,fix,correct]' "hydra.run.dir=results/cuda_backends/torch-$version/$backend"
     done
+    ;;
+speechbrain)  # autocast_device's upstream tier: the real Brain, on the speechbrain that travelled in .whl
     step speechbrain-tier 60 python3 -m pytest -p no:cacheprovider -q -rA tests/test_autocast_device.py -k brain
+    ;;
+tests)
     step pytest-cuda 300 python3 -m pytest -m cuda -p no:cacheprovider -q -rA tests/test_cuda.py tests/test_class_weight_index.py \
         tests/test_memory.py tests/test_autocast_device.py
+    ;;
+diagnose)  # cases: the questions of tools/cuda_diagnostics.py
+    step diagnose 300 python3 tools/cuda_diagnostics.py $cases
     ;;
 compiled)
     step multirun-inductor 540 python3 -m harness -m "$select" device=cuda compile=inductor timeout_s=300 \
@@ -64,6 +73,9 @@ grade)
 suite)
     step pytest 540 python3 -m pytest -p no:cacheprovider -q -x --timeout 240 tests
     ;;
+*)
+    echo "unknown mode $mode: eager, backends, speechbrain, tests, diagnose, compiled, grade or suite" >>"$log"
+    ;;
 esac
-tar czf "$out/$mode.tgz" --exclude='*.pyc' results/matrix/cuda results/cuda_backends results/cuda_grades 2>/dev/null
+tar czf "$out/$mode-$$.tgz" --exclude='*.pyc' results/matrix/cuda results/cuda_backends results/cuda_grades 2>/dev/null
 echo "=== done $(date -u +%H:%M:%S)" >>"$log"
