@@ -15,9 +15,10 @@ Fidelity: faithful in the model, sizes, data, optimizer and call order of 403_RN
     one call trains the loop's next two windows (`windows_per_call`), so that one call on fresh inputs reaches the
     second backward, where the error is raised, and each later call carries the state on.
 
-Symptom on CUDA: not in this thread (the tutorial runs on CPU); not run here: no GPU. The error is autograd's, raised
-    on the host before any kernel of the second backward runs, so the text is expected to be the CPU's; that is not
-    established by a run.
+Symptom on CUDA: not in this thread (the tutorial runs on CPU). Seen on an H200 (torch 2.11.0+cu130, CUDA 13.0, driver 580.159): the CPU's
+    text, raised by the second backward on the host; no device-side assert, and an unrelated op afterwards runs fine.
+    The fix's float32 numbers differ from the float64 reference by up to 1.5e-4 there (cuDNN's RNN in TF32, torch's
+    default; 2.1e-6 with cudnn.allow_tf32 off): the yaml's `cuda_tolerance`.
 
 Symptom on CPU: raised by the second window's loss.backward() (#57, torch version not given, <= 1.0 by its wording):
         RuntimeError: Trying to backward through the graph a second time, but the buffers have already been freed. Specify retain_graph=True when calling backward the first time.

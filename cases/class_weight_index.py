@@ -21,13 +21,19 @@ Fidelity: faithful in the code path and the config: the installed mmsegmentation
     none), so `upstream()` creates the packages mmseg.models and mmseg.models.losses without running
     their `__init__` and imports the loss module file itself as usual.
 
-Symptom on CUDA: from the threads, not run here. Many lines of a device-side assertion (#3724):
+Symptom on CUDA: from the threads. Many lines of a device-side assertion (#3724):
         ...\aten\src\ATen\native\cuda\IndexKernel.cu:92: block: [525,0,0], thread: [96,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.
     then, at whichever op synchronises next (in #3574 the boolean index in mmseg's `accuracy`):
         RuntimeError: CUDA error: device-side assert triggered
     Older torch builds word the assertion `index >= -sizes[i] && index < sizes[i] && "index out of
     bounds"` (the log in PR #3457). Here the boolean mask that `avg_non_ignore=True` applies right
-    after the lookup is expected to be the first op to synchronise; that is not verified.
+    after the lookup was expected to be the first op to synchronise. Seen on an H200 (torch
+    2.11.0+cu130, CUDA 13.0, driver 580.159): `IndexKernel.cu:111: operator(): ... Assertion
+    `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.`, then
+    `torch.AcceleratorError: CUDA error: device-side assert triggered` at the lookup's own line
+    (`torch.stack([class_weight[cls] for cls in label])`: moving the stack back to the weights' device
+    synchronises); an unrelated op afterwards fails too. Compiled: triton's `index out of bounds: 0 <=
+    tl.broadcast_to(tmp42, [XBLOCK, R0_BLOCK]) < 19`.
 
 Symptom on CPU: raised at the lookup itself, in the list comprehension over the batch:
         IndexError: index 255 is out of bounds for dimension 0 with size 19
@@ -96,7 +102,7 @@ triage_signs = TriageSigns(needs_context=True, signs=(
     Sign("context", r"mmseg\b|mmsegmentation", 0.35, "mmsegmentation in the frames"),
     Sign("context", r"accuracy\.py.*\bin accuracy\b|correct\[:, target != ignore_index\]", 0.3, "surfaced in mmseg's accuracy, the first op to sync after the loss"),
     Sign("context", r"_fused_\w*?_index_\w*?nll_loss\w*?_stack_", 0.35, "the failing compiled kernel fuses the loss with an index and a stack: the weights gathered per label"),
-    Sign("support", r"tmp<n> < 19L?\b", 0.2, "the bound is 19, Cityscapes' classes (and so also the bound of an NLL target there)"),
+    Sign("support", r"tmp<n>(?:, \[[\w, ]+\]\))? < 19L?\b", 0.2, "the bound is 19, Cityscapes' classes (and so also the bound of an NLL target there; triton may broadcast the index first)"),
     Sign("support", r"ignore_index|avg_non_ignore|seg_pad_val", 0.2, "an ignore label in play"),
     Sign("veto", r"t >= 0 && t < n_classes|Target -?\d+ is out of bounds|ClassNLLCriterion|target_val >= zero && target_val <= one", 0, "a loss target out of range (NLL or binary cross-entropy), not an index into the class weights"),
     Sign("veto", r"^(?:cpp|triton_\w+?)_fused_(?:_log_softmax_)?nll_loss(?:2d)?_forward_\d+\(", 0, "the compiled kernel that failed holds the NLL loss alone: a target out of range, no index into the class weights"),

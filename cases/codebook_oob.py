@@ -18,7 +18,13 @@ Symptom on CUDA: a device-side assert in the codebook lookup (snac `decode` -> `
     `F.embedding`). The thread's full log is not reproduced in our facts; the kernel's lines are
         Indexing.cu: indexSelect...Index: ... Assertion `srcIndex < srcSelectDimSize` failed.
         RuntimeError: CUDA error: device-side assert triggered
-    surfacing at whichever op synchronises next (in mini-omni, moving the audio to the CPU).
+    surfacing at whichever op synchronises next (in mini-omni, moving the audio to the CPU). Seen on an
+    H200 (torch 2.11.0+cu130, CUDA 13.0, driver 580.159):
+        /pytorch/aten/src/ATen/native/cuda/Indexing.cu:1515: indexSelectSmallIndex: block: [0,0,0], thread: [0,0,0] Assertion `srcIndex < srcSelectDimSize` failed.
+        torch.AcceleratorError: CUDA error: device-side assert triggered
+    raised at the decoder's next conv (`_conv_forward`); an unrelated op afterwards fails too. Compiled:
+    triton's `index out of bounds: 0 <= tmp4 < 4096`; the compiled fix's audio then differs from eager's
+    (SNAC's noise under compile, same seed): a result recorded in expectations.yaml, cause not established.
 
 Symptom on CPU: raised inside snac's `from_codes` at the codebook lookup:
         IndexError: index out of range in self
@@ -71,7 +77,7 @@ triage_signs = TriageSigns(needs_context=True, signs=(
     Sign("failure", r"(?:\)|ids?|tokens?|codes?|index|indices|\]) *= *-?\d+ *, *codebook_?\w*(?:size|range)\b|(?:Error|Exception)\b.*\b(?:past|outside|out of|exceeds?|larger than|greater than)\b.*codebook", 0.7, "a codec's own range guard refused a code past its codebook (the code, then the codebook's size or range, in the message)"),
     Sign("failure", r"index out of bounds: 0 <= \S*tmp<n>", 0.3, "the bounds check of torch.compile's generated code (inductor on CPU or triton) fired; alone it does not say which op"),
     Sign("support", r"_fused_\w*?(?:embedding|index_select)", 0.5, "the failing kernel is torch.compile's fusion of an embedding lookup"),
-    Sign("support", r"tmp<n> < 4096L?\b", 0.2, "the bound is SNAC's codebook size (4096), a common size too"),
+    Sign("support", r"tmp<n>(?:, \[[\w, ]+\]\))? < 4096L?\b", 0.2, "the bound is SNAC's codebook size (4096), a common size too"),
     Sign("support", r"functional\.py.*\bin embedding\b|torch\.embedding\(|F\.embedding\(", 0.5, "raised in an embedding lookup (torch.nn.functional.embedding)"),
     Sign("support", r"_embeddings?\b|modules/sparse\.py|nn\.Embedding\(|embed_tokens\b", 0.3, "an Embedding module in the frames"),
     Sign("support", r"CUDA error: device-side assert triggered|CUDNN_STATUS_INTERNAL_ERROR|CUBLAS_STATUS_EXECUTION_FAILED", 0.1, "an asynchronous CUDA error, as a device-side assert surfaces later"),

@@ -27,8 +27,8 @@ Symptom on CUDA: the thread (NCCL; the reporter set TORCH_DISTRIBUTED_DEBUG to g
         RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. This error indicates that your module has parameters that were not used in producing loss. You can enable unused parameter detection by passing the keyword argument `find_unused_parameters=True` to `torch.nn.parallel.DistributedDataParallel`, and by
         making sure all `forward` function outputs participate in calculating loss.
         Parameters which did not receive grad for rank 0: model.encoder.layers.22.final_layer_norm.bias, model.encoder.layers.22.final_layer_norm.weight, model.encoder.layers.22.feed_forward.output_dense.bias, ...
-    Not run here (no GPU). The reducer's check is device-independent; the CUDA symptom asks what the
-    CPU one asks.
+    Seen on an H200 (torch 2.11.0+cu130, CUDA 13.0, driver 580.159), two gloo ranks on one GPU: the CPU's text, rank 0 first
+    (`Parameters which did not receive grad for rank 0: encoder.layers.12.final_layer_norm.bias, ...`).
 
 Symptom on CPU: both ranks raise at the forward after the first step that skipped a layer, in DDP's
     `_pre_forward` (`self.reducer._rebuild_buckets()`); with TORCH_DISTRIBUTED_DEBUG=INFO the names follow:

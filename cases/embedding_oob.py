@@ -15,7 +15,12 @@ Symptom on CUDA: many lines of a device-side assertion, then a later op's error:
         RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR
     The kernel error is asynchronous and sticky: whichever op synchronises next reports it, so the
     final line depends on the torch/cuDNN version (cuDNN error, or CUDA error: device-side assert
-    triggered). The record says which one was seen and where.
+    triggered). The record says which one was seen and where. Seen on an H200 (torch 2.11.0+cu130, CUDA
+    13.0, driver 580.159): the kernel is now the vectorized gather,
+        /pytorch/aten/src/ATen/native/cuda/IndexKernelUtils.cu:16: vectorized_gather_kernel: block: [189,0,0], thread: [5,0,0] Assertion `ind >=0 && ind < ind_dim_size && "vectorized gather kernel index out of bounds"` failed.
+    and the error, as upstream's, `RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR` at the
+    diffusion conv; an unrelated op afterwards fails too. Compiled (inductor), triton's check prints
+    `Assertion `index out of bounds: 0 <= tmp5 < 1583` failed` and the process survives, poisoned.
 
 Symptom on CPU: raised at the lookup itself:
         IndexError: index out of range in self
@@ -59,7 +64,7 @@ triage_signs = TriageSigns(signs=(
     Sign("failure", r"CUBLAS_STATUS_(?:NOT_INITIALIZED|EXECUTION_FAILED|INTERNAL_ERROR)|CUDNN_STATUS_(?:INTERNAL_ERROR|EXECUTION_FAILED|MAPPING_ERROR)", 0.25, "a later op's cuBLAS / cuDNN error, as the lookup's assert surfaces at the next library call; alone it says nothing"),
     Sign("failure", r"index out of bounds: 0 <= \S*tmp<n>", 0.3, "the bounds check of torch.compile's generated code (inductor on CPU or triton) fired; alone it does not say which op: the kernel's name or the bound does"),
     Sign("context", r"_fused_\w*?(?:embedding|index_select)", 0.5, "the failing kernel is torch.compile's fusion of an embedding lookup (its name lists the fused ops)"),
-    Sign("context", r"tmp<n> < 1583L?\b", 0.35, "the bound is this case's table: 1583 rows, the emotion feature's dimension"),
+    Sign("context", r"tmp<n>(?:, \[[\w, ]+\]\))? < 1583L?\b", 0.35, "the bound is this case's table: 1583 rows, the emotion feature's dimension (triton may broadcast the index first)"),
     Sign("context", r"functional\.py.*\bin embedding\b|torch\.embedding\(|F\.embedding\(", 0.5, "raised in an embedding lookup (torch.nn.functional.embedding)"),
     Sign("context", r"_embeddings?\b|modules/sparse\.py|nn\.Embedding\(|embed_tokens\b", 0.3, "an Embedding module in the frames"),
     Sign("context", r"add_special_tokens|add_tokens\(|resize_token_embeddings|len\(tokenizer\)|vocab_size\b", 0.3, "the vocabulary changed size (tokens added, the table resized or not)"),

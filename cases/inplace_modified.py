@@ -23,8 +23,8 @@ Fidelity: faithful in the networks, sizes, losses, optimizers and call order of 
 Symptom on CUDA: not in this thread (it runs on CPU); other GAN repositories show the CUDA form, e.g.
     https://github.com/leftthomas/SRGAN/issues/89 (a conv weight, pytorch >= 1.5):
         RuntimeError: one of the variables needed for gradient computation has been modified by an inplace operation: [torch.cuda.FloatTensor [1, 1024, 1, 1]] is at version 2; expected version 1 instead. Hint: enable anomaly detection to find the operation that failed to compute its gradient, with torch.autograd.set_detect_anomaly(True).
-    Not run here: no GPU. The check is the device's version counter, so the CUDA text is expected to
-    differ only in the tensor type (torch.cuda.FloatTensor); that is not established by a run.
+    Seen on an H200 (torch 2.11.0+cu130, CUDA 13.0, driver 580.159): the CPU's text but for the tensor type,
+    `[torch.cuda.FloatTensor [128, 1]], which is output 0 of AsStridedBackward0, is at version 1; expected version 0`.
 
 Symptom on CPU: raised by G_loss.backward() (#89, pytorch 1.5.0):
         RuntimeError: one of the variables needed for gradient computation has been modified by an inplace operation: [torch.FloatTensor [128, 1]], which is output 0 of TBackward, is at version 2; expected version 1 instead. Hint: the backtrace further above shows the operation that failed to compute its gradient. The variable in question was changed in there or anywhere later. Good luck!

@@ -26,10 +26,11 @@ Symptom on CUDA: the upstream report, on every rank:
         torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
         exitcode  : -11 (pid: ...)
         traceback : Signal 11 (SIGSEGV) received by PID ...
-    Not run here (no GPU). On one GPU the ranks use gloo and should fail as on the CPU; under NCCL
-    what a dtype mismatch does is unverified (NCCL checks no sizes: corruption, a hang that the 5 s
-    process-group timeout ends, or a fault). The CUDA symptom therefore asks what the CPU one asks:
-    the launcher's report, and a native fault in some rank's log.
+    Seen on one GPU, an H200 (torch 2.11.0+cu130, CUDA 13.0, driver 580.159): the ranks use gloo over CUDA tensors and fail as
+    on the CPU (`[rank0]: Fatal Python error: Aborted`, rank 0 died of SIGABRT). NCCL refuses two ranks on one GPU
+    before any collective (`case.backend=nccl`: `ncclInvalidUsage ... Duplicate GPU detected : rank 0 and rank 1
+    both on CUDA device 60`), so what a dtype mismatch does under NCCL (no size checks: corruption, a hang the 5 s
+    timeout ends, or a fault) still needs a GPU per rank. The CUDA symptom asks what the CPU one asks.
 
 Symptom on CPU: with the default fault, the rank that dies is not the odd one. DDP's start-up
     broadcast of rank 0's float32 weights into rank 1's float64 ones passes silently (gloo checks
@@ -171,6 +172,8 @@ def make_inputs(cfg, device):
     sizes = cfg.sizes
     if cfg.fault not in FAULTS:
         raise ValueError(f"fault={cfg.fault}: choose one of {', '.join(FAULTS)}")
+    if cfg.get("backend", "auto") not in ("auto", "gloo", "nccl"):
+        raise ValueError(f"backend={cfg.backend}: choose auto, gloo or nccl")
     if sizes.batch % sizes.ranks or not 0 <= cfg.fault_rank < sizes.ranks or not 0 <= cfg.fault_step < sizes.steps:
         got = f"{dict(sizes)}, fault_rank={cfg.fault_rank}, fault_step={cfg.fault_step}"
         raise ValueError(f"need batch % ranks == 0, 0 <= fault_rank < ranks, 0 <= fault_step < steps; got {got}")

@@ -55,6 +55,17 @@ def test_compiled_runs_use_the_yaml_compile_tolerance_and_eager_ones_do_not():
     assert compile_axis.case_config(case_cfg, "off").compile == "off"
 
 
+def test_a_yaml_cuda_tolerance_widens_the_tolerance_on_cuda_alone():
+    from harness.run import on_device
+
+    case_cfg = compose_config("case=backward_twice").case
+    assert on_device(case_cfg, "cpu").tolerance == case_cfg.tolerance
+    on_cuda = on_device(case_cfg, "cuda").tolerance
+    assert (on_cuda.atol, on_cuda.rtol) == (max(case_cfg.tolerance.atol, case_cfg.cuda_tolerance.atol), max(case_cfg.tolerance.rtol, case_cfg.cuda_tolerance.rtol))
+    compiled = compose_config("case=class_weight_index").case  # no cuda_tolerance: compiled keeps its compile_tolerance
+    assert on_device(compile_axis.case_config(compiled, "inductor"), "cuda").tolerance == compiled.compile_tolerance
+
+
 def test_the_cache_is_the_harness_own_per_torch_version_unless_the_user_chose_one(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     assert compile_axis.cache_dir(private=False) == compile_axis.CACHE_ROOT / f"torch-{torch.__version__.split('+')[0]}"

@@ -248,3 +248,14 @@ def test_the_summary_counts_undecided_speed_and_memory_apart():
     print_summary(console, [(record, None)])
     printed = console.file.getvalue()
     assert "1 speed verdict(s) inconclusive" in printed and "2 memory verdict(s) inconclusive" in printed
+
+
+def test_a_copied_tree_records_the_commit_its_sender_names(monkeypatch):
+    """A lent GPU machine gets a copy of the tree whose .git need not be the sender's (one such copy said 47efc51-dirty
+    while the tree was 770ec26): the sender's TORCH_ERROR_CASES_COMMIT wins over what git says there."""
+    from harness.records import host_environment
+
+    monkeypatch.setenv("TORCH_ERROR_CASES_COMMIT", "770ec266637e9d5c33fb9a891cb3ccbe4395133b")
+    assert host_environment()["git_commit"] == "770ec266637e9d5c33fb9a891cb3ccbe4395133b"
+    monkeypatch.delenv("TORCH_ERROR_CASES_COMMIT")
+    assert host_environment()["git_commit"] != "770ec266637e9d5c33fb9a891cb3ccbe4395133b"

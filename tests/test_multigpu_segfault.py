@@ -56,6 +56,13 @@ def failure_of(function, the_job):
     return caught.value
 
 
+def test_the_process_group_backend_is_a_config_value():
+    assert job().backend == "auto"
+    assert job(backend="gloo").backend == "gloo"
+    with pytest.raises(ValueError, match="backend=mpi: choose auto, gloo or nccl"):
+        job(backend="mpi")
+
+
 def test_the_case_meets_the_contract():
     assert contract_problems(case) == []
     assert (CASE_CONFIG_DIR / "multigpu_segfault.yaml").read_text().startswith("# python -m harness case=multigpu_segfault")
