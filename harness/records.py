@@ -135,17 +135,16 @@ def _package_versions() -> dict[str, str]:
 def _git_commit() -> str | None:
     """HEAD of the checkout, `-dirty` with uncommitted changes; for a copied tree (a lent GPU machine, whose .git
     need not be the sender's), what the sender put in TORCH_ERROR_CASES_COMMIT."""
-    copied = os.environ.get("TORCH_ERROR_CASES_COMMIT")
-    if copied:
-        return copied
+    if os.environ.get("TORCH_ERROR_CASES_COMMIT"):
+        return os.environ["TORCH_ERROR_CASES_COMMIT"]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:
-            return copied
+            return None
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, timeout=5)
         return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
-        return copied
+        return None
 
 
 def _nvidia_driver() -> str | None:
