@@ -11,16 +11,19 @@ case whose unit runs elsewhere (a launcher's ranks) sets `compiles_itself = True
 from `cfg.compile`.
 
 Kernels are kept in a cache the harness owns, one folder per torch version (`cache_dir`), so a second run
-reuses them. A child that runs a submitted fix is confined (harness/grading/confine.py), and compiles into a
-folder of its grade's own instead, shared by that grade's confined children (and the ranks they start) and
-deleted after it: a submission can neither read what another submission left nor leave anything for the next,
-and it cannot write the harness's cache, which the model solution's children read in a grade too (a poisoned
-kernel of the baseline would make any fix fast).
+reuses them; every phase but reproduce generates CPU kernels for the speed phase's thread count, so that one
+phase's kernels are the next one's cache hits. A child that runs a submitted fix is confined
+(harness/grading/confine.py), and compiles into a folder of its grade's own instead (its precompiled header
+too), shared by that grade's confined children (and the ranks they start) and deleted after it: a submission
+can neither read what another submission left nor leave anything for the next, and it cannot write the
+harness's cache, which the model solution's children read in a grade too (a poisoned kernel of the baseline
+would make any fix fast).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import getpass
 import os
 import re
@@ -50,14 +53,23 @@ def problem(mode: Any) -> str | None:
     return f"compile={mode}: choose one of {', '.join(MODES)} (torch.compile's backend; off runs eager)"
 
 
-def case_config(case_cfg: Any, mode: str) -> Any:
-    """The case config the children get: the mode in `compile`, and, compiled, the yaml's `compile_tolerance` (where
-    it sets one: inductor reorders float32 reductions) in place of `tolerance`."""
+def case_config(case_cfg: Any, mode: str, kernel_threads: int | None = None) -> Any:
+    """The case config the children get: the mode in `compile`; compiled, the yaml's `compile_tolerance` (where
+    it sets one: inductor reorders float32 reductions) in place of `tolerance`, its `speed.compile_grade_budget`
+    in place of `speed.grade_budget` (where compiling speeds the model solution up more than a correct
+    alternative), and `kernel_threads`, the threads
+    the CPU kernels are generated for: the speed phase's (`speed.cpu_threads`) in every phase, so that a kernel
+    compiled in one phase is the one the next finds in the cache (inductor writes the count into each kernel, and
+    a kernel for 2 threads is no cache hit for 1)."""
     from omegaconf import OmegaConf
 
     merged = OmegaConf.merge(OmegaConf.to_container(case_cfg, resolve=True), {"compile": mode})
     if mode != "off" and merged.get("compile_tolerance") is not None:
         merged.tolerance = merged.compile_tolerance
+    if mode != "off" and OmegaConf.select(merged, "speed.compile_grade_budget") is not None:
+        merged.speed.grade_budget = merged.speed.compile_grade_budget
+    if mode != "off" and kernel_threads is not None:
+        merged.kernel_threads = kernel_threads
     return merged
 
 
@@ -78,10 +90,10 @@ def cache_dir(private: bool) -> Path:
 PRIVATE_KERNELS = "HARNESS_PRIVATE_KERNELS"  # "1" in a confined child: the processes it starts (a launcher's ranks) compile into its folder too
 
 
-def prepare(private: bool) -> str:
+def prepare(private: bool, kernel_threads: int | None = None) -> str:
     """In a child, before its first compile (private: a graded one, and every process it starts): where kernels are cached, one compile worker (no pool of processes
-    on a 2-core machine, nothing left running), eager's random numbers, and the FX graph cache on (torch < 2.5
-    left it off)."""
+    on a 2-core machine, nothing left running), eager's random numbers, the FX graph cache on (torch < 2.5
+    left it off), and the threads CPU kernels are generated for, where given (else torch's thread count)."""
     import torch._inductor.config as inductor_config
 
     inherited = os.environ.get(PRIVATE_KERNELS) == "1" and os.environ.get("TORCHINDUCTOR_CACHE_DIR")
@@ -96,10 +108,45 @@ def prepare(private: bool) -> str:
     inductor_config.fallback_random = True  # random ops draw as eager does (SNAC's decoder adds noise): the reference stays comparable
     if hasattr(inductor_config, "fx_graph_cache"):
         inductor_config.fx_graph_cache = True
+    if kernel_threads is not None:
+        inductor_config.cpp.threads = int(kernel_threads)
     quiet_progress_bar_lock()
-    if private and hasattr(inductor_config, "cpp_cache_precompile_headers"):
-        inductor_config.cpp_cache_precompile_headers = False  # they go to a folder shared by every run, outside the private one
+    if private:
+        private_headers(folder)
     return str(folder)
+
+
+def private_headers(folder: Path) -> None:
+    """Inductor precompiles the header every C++ kernel includes (torch >= 2.9), which halves a cold compile (SNAC's
+    decoder: 42 s against 81 s, 2-core CPU), into one folder for every process of the user, fixed when its module is
+    imported (the fork server's). A confined child may not write there, and must not read what others left there:
+    its header goes to the grade's folder, where its kernels go."""
+    import torch._inductor.config as inductor_config
+
+    if not getattr(inductor_config, "cpp_cache_precompile_headers", False):
+        return
+    try:
+        from torch._inductor import codecache, cpp_builder
+    except ImportError:
+        codecache = cpp_builder = None
+    if not (hasattr(codecache, "_HEADER_DIR") and hasattr(cpp_builder, "_create_if_dir_not_exist")):  # kept elsewhere: none, rather than shared
+        inductor_config.cpp_cache_precompile_headers = False
+        return
+    codecache._HEADER_DIR = str(folder / "precompiled_headers")
+    codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
+    # The header's build asks for its output folder "" (the working directory, which exists) to be made; confined,
+    # making a folder where it may not write is refused before the folder is found to exist, and the build fails.
+    make_folder = cpp_builder._create_if_dir_not_exist
+    if getattr(make_folder, "skips_the_working_directory", False):
+        return
+
+    @functools.wraps(make_folder)
+    def make_folder_but_the_working_directory(path: str) -> None:
+        if path != "":
+            make_folder(path)
+
+    make_folder_but_the_working_directory.skips_the_working_directory = True
+    cpp_builder._create_if_dir_not_exist = make_folder_but_the_working_directory
 
 
 def quiet_progress_bar_lock() -> None:
@@ -114,19 +161,22 @@ def quiet_progress_bar_lock() -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def compiled(function: Callable, cfg: Any, *, fullgraph: bool = False) -> Callable:
-    """`function` as the config's compile mode runs it: itself when off, else `torch.compile(function, backend=...)`."""
-    return under(mode_of(cfg), function, fullgraph=fullgraph)
+def compiled(function: Callable, cfg: Any, *, fullgraph: bool = False, as_users_run_it: bool = False) -> Callable:
+    """`function` as the config's compile mode runs it: itself when off, else `torch.compile(function, backend=...)`,
+    its CPU kernels generated for the config's `kernel_threads`; as_users_run_it: for torch's own thread count, as in
+    a user's process (the reproduce phase: a kernel's C++ exception aborts the process from a parallel region and
+    raises from a serial one)."""
+    return under(mode_of(cfg), function, fullgraph=fullgraph, kernel_threads=None if as_users_run_it else cfg.get("kernel_threads"))
 
 
-def under(mode: str, function: Callable, *, fullgraph: bool = False) -> Callable:
+def under(mode: str, function: Callable, *, fullgraph: bool = False, kernel_threads: int | None = None) -> Callable:
     """`function` (or an nn.Module) compiled with backend `mode`; itself when `mode` is off. A confined child (a
     grade's) has its kernel folder set by confinement (harness/grading/confine.py), which `prepare` follows."""
     if mode == "off":
         return function
     import torch
 
-    prepare(private=False)
+    prepare(private=False, kernel_threads=kernel_threads)
     return torch.compile(function, backend=mode, fullgraph=fullgraph)
 
 

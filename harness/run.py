@@ -203,9 +203,9 @@ def run_case(
     preload_cases()
     case = load_case(cfg.case.name)
     submitted = submitted_fix(cfg)
-    case_cfg = cfg.case if submitted is None else grade.graded_config(cfg.case, submitted)
     mode = compile_axis.mode_of(cfg)
-    case_cfg = on_device(compile_axis.case_config(case_cfg, mode), device)
+    case_cfg = compile_axis.case_config(cfg.case, mode, int(cfg.speed.cpu_threads) if device == "cpu" else None)
+    case_cfg = on_device(case_cfg if submitted is None else grade.graded_config(case_cfg, submitted), device)
     phase_runner = run_phase if submitted is None else grade.run_phase
     kernels = tempfile.mkdtemp(prefix="harness-grade-kernels-") if submitted is not None and mode != "off" else None  # the submission's alone
     limits = Limits(kernels=kernels)

@@ -2,6 +2,7 @@
 case run under inductor end to end on CPU (the compiled symptom differs from eager's: that is the point)."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -53,6 +54,40 @@ def test_compiled_runs_use_the_yaml_compile_tolerance_and_eager_ones_do_not():
     assert compile_axis.case_config(case_cfg, "inductor").tolerance == case_cfg.compile_tolerance
     assert compile_axis.case_config(case_cfg, "off").tolerance == case_cfg.tolerance
     assert compile_axis.case_config(case_cfg, "off").compile == "off"
+
+
+def test_a_compiled_grade_uses_the_yaml_compile_grade_budget():
+    from harness.grading.grade import graded_config
+    from harness.grading.submitted import Submission
+
+    case_cfg = compose_config("case=target_out_of_bounds").case
+    submitted = Submission("/tmp/fix.py", "fix", "0" * 64)
+    assert graded_config(compile_axis.case_config(case_cfg, "inductor"), submitted).speed.budget == case_cfg.speed.compile_grade_budget
+    assert graded_config(compile_axis.case_config(case_cfg, "off"), submitted).speed.budget == case_cfg.speed.grade_budget
+    assert compile_axis.case_config(case_cfg, "inductor").speed.budget == case_cfg.speed.budget  # the case's own run keeps its budget
+
+
+def test_compiled_children_generate_kernels_for_the_speed_phase_s_threads():
+    case_cfg = compose_config("case=codebook_oob").case
+    assert compile_axis.case_config(case_cfg, "inductor", 1).kernel_threads == 1
+    assert "kernel_threads" not in compile_axis.case_config(case_cfg, "off", 1)
+
+
+def test_a_kernel_compiled_at_one_torch_thread_count_serves_another_once_kernel_threads_are_set(tmp_path):
+    # A phase's child runs torch at the machine's threads, a timing child at speed.cpu_threads: with the count
+    # left to torch, the timing child missed every kernel the fix phase had compiled (a grade's SNAC decoder: twice cold).
+    from harness.isolate import run_isolated
+    from tests.compiled_children import compiled_at
+
+    def counts(threads: int, folder: str, kernel_threads: int | None) -> dict:
+        result = run_isolated(compiled_at, threads, str(tmp_path / folder), kernel_threads, timeout_s=300)
+        assert result.status == "returned", result.output[-3000:]
+        return result.value
+
+    assert counts(2, "left_to_torch", None) == {"fxgraph_cache_miss": 1}
+    assert counts(1, "left_to_torch", None) == {"fxgraph_cache_miss": 1}  # what the pinning is for
+    assert counts(2, "pinned", 1) == {"fxgraph_cache_miss": 1}
+    assert counts(1, "pinned", 1) == {"fxgraph_cache_hit": 1}
 
 
 def test_a_yaml_cuda_tolerance_widens_the_tolerance_on_cuda_alone():
@@ -191,10 +226,17 @@ def test_torch_s_default_folder_is_not_taken_for_the_user_s_choice_wherever_tmp_
 
 
 def test_the_ranks_a_graded_child_starts_compile_in_its_private_folder(tmp_path):
+    # Their precompiled header too, where this torch makes one: torch's own folder for it is shared by every process.
+    import torch._inductor.config as inductor_config
+
     from harness.isolate import run_isolated
     from tests.compiled_children import prepared_in_a_rank_of_a_graded_child
 
     result = run_isolated(prepared_in_a_rank_of_a_graded_child, str(tmp_path), timeout_s=120)
     assert result.status == "returned", result.output[-3000:]
     graded, rank, headers = result.value
-    assert graded == rank and graded.startswith(str(tmp_path)) and headers is False, result.summary
+    assert graded == rank and graded.startswith(str(tmp_path)), result.summary
+    if getattr(inductor_config, "cpp_cache_precompile_headers", False):
+        assert headers == str(Path(graded) / "precompiled_headers"), headers
+    else:
+        assert not headers, headers
