@@ -122,7 +122,7 @@ def make_inputs(cfg, device):
     torch.manual_seed(cfg.seed)  # nn.RNN's and nn.Linear's default init draw from the global generator
     model = RNN(cfg.sizes.input_size, cfg.sizes.hidden).to(device)
     return Loop(
-        model=compile_axis.under(compile_axis.mode_of(cfg), model),
+        model=compile_axis.compiled(model, cfg),
         optimizer=torch.optim.Adam(model.parameters(), lr=cfg.lr),
         lr=cfg.lr,
         time_step=cfg.sizes.time_step,

@@ -178,7 +178,7 @@ def make_inputs(cfg, device):
     model = densenet121(sizes.classes).to(device).eval()
     images = torch.randn(sizes.batches, sizes.batch, 3, sizes.crop, sizes.crop, generator=generator)
     labels = (torch.rand(sizes.batches, sizes.batch, sizes.classes, generator=generator) < cfg.positive_rate).float()
-    network = compile_axis.under(compile_axis.mode_of(cfg), model)
+    network = compile_axis.compiled(model, cfg)
     return Validation(model, network, images.to(device), labels.to(device), Epoch())
 
 

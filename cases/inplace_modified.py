@@ -95,7 +95,7 @@ compiled_unit = (
     "recompiled every frame after each graph break on every call (17 recompiles per timing process, 0.4-0.7 s a call, "
     "torch 2.13.0)"
 )
-compiles_itself = True  # fresh_models compiles the copies of G and D with cfg.compile's backend (Inputs.compile)
+compiles_itself = True  # fresh_models compiles the copies of G and D as cfg says (Inputs.compile)
 
 
 class Inputs(NamedTuple):
@@ -105,7 +105,7 @@ class Inputs(NamedTuple):
     paintings: torch.Tensor  # (64, 15): artist_works()
     lr_g: float
     lr_d: float
-    compile: str  # cfg.compile: off, or the backend fresh_models compiles G and D with
+    compile: dict  # how fresh_models compiles G and D: cfg's `compile` (off, or the backend) and `kernel_threads`
 
 
 def make_inputs(cfg, device):
@@ -124,7 +124,7 @@ def make_inputs(cfg, device):
         paintings=paintings.to(device),
         lr_g=cfg.lr_g,
         lr_d=cfg.lr_d,
-        compile=compile_axis.mode_of(cfg),
+        compile={"compile": compile_axis.mode_of(cfg), "kernel_threads": cfg.get("kernel_threads")},
     )
 
 
@@ -132,10 +132,10 @@ def fresh_models(x):
     """The loop's first iteration on copies (the inputs keep their weights), compiled where the run compiles."""
     G, D = copy.deepcopy(x.G), copy.deepcopy(x.D)
     opt_G, opt_D = torch.optim.Adam(G.parameters(), lr=x.lr_g), torch.optim.Adam(D.parameters(), lr=x.lr_d)
-    if x.compile != "off" and hasattr(torch._functorch.config, "donated_buffer"):
+    if compile_axis.mode_of(x.compile) != "off" and hasattr(torch._functorch.config, "donated_buffer"):
         # inductor (torch >= 2.6) donates saved buffers and then refuses the thread's retain_graph=True, as its message says
         torch._functorch.config.donated_buffer = False
-    return compile_axis.under(x.compile, G), compile_axis.under(x.compile, D), opt_G, opt_D
+    return compile_axis.compiled(G, x.compile), compile_axis.compiled(D, x.compile), opt_G, opt_D
 
 
 def trained(G, D):

@@ -57,20 +57,30 @@ def case_config(case_cfg: Any, mode: str, kernel_threads: int | None = None) -> 
     """The case config the children get: the mode in `compile`; compiled, the yaml's `compile_tolerance` (where
     it sets one: inductor reorders float32 reductions) in place of `tolerance`, its `speed.compile_grade_budget`
     in place of `speed.grade_budget` (where compiling speeds the model solution up more than a correct
-    alternative), and `kernel_threads`, the threads
-    the CPU kernels are generated for: the speed phase's (`speed.cpu_threads`) in every phase, so that a kernel
-    compiled in one phase is the one the next finds in the cache (inductor writes the count into each kernel, and
-    a kernel for 2 threads is no cache hit for 1)."""
+    alternative), and `kernel_threads`, the threads the CPU kernels are generated for: the speed phase's
+    (`speed.cpu_threads`) in every phase, so that a kernel compiled in one phase is the one the next finds in the
+    cache (inductor writes the count into each kernel, and a kernel for 2 threads is no cache hit for 1)."""
     from omegaconf import OmegaConf
 
     merged = OmegaConf.merge(OmegaConf.to_container(case_cfg, resolve=True), {"compile": mode})
-    if mode != "off" and merged.get("compile_tolerance") is not None:
+    if mode == "off":
+        return merged
+    if merged.get("compile_tolerance") is not None:
         merged.tolerance = merged.compile_tolerance
-    if mode != "off" and OmegaConf.select(merged, "speed.compile_grade_budget") is not None:
+    if OmegaConf.select(merged, "speed.compile_grade_budget") is not None:
         merged.speed.grade_budget = merged.speed.compile_grade_budget
-    if mode != "off" and kernel_threads is not None:
+    if kernel_threads is not None:
         merged.kernel_threads = kernel_threads
     return merged
+
+
+def as_users_run_it(cfg: Any) -> Any:
+    """The config without `kernel_threads`: kernels for torch's own thread count, as in a user's process (the
+    reproduce phase: a kernel's failed bounds check aborts the process from a parallel region, and raises from a
+    serial one)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({key: value for key, value in OmegaConf.to_container(cfg, resolve=True).items() if key != "kernel_threads"})
 
 
 def cache_dir(private: bool) -> Path:
@@ -161,12 +171,10 @@ def quiet_progress_bar_lock() -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def compiled(function: Callable, cfg: Any, *, fullgraph: bool = False, as_users_run_it: bool = False) -> Callable:
-    """`function` as the config's compile mode runs it: itself when off, else `torch.compile(function, backend=...)`,
-    its CPU kernels generated for the config's `kernel_threads`; as_users_run_it: for torch's own thread count, as in
-    a user's process (the reproduce phase: a kernel's C++ exception aborts the process from a parallel region and
-    raises from a serial one)."""
-    return under(mode_of(cfg), function, fullgraph=fullgraph, kernel_threads=None if as_users_run_it else cfg.get("kernel_threads"))
+def compiled(function: Callable, cfg: Any, *, fullgraph: bool = False) -> Callable:
+    """`function` (or an nn.Module) as the config's compile mode runs it: itself when off, else
+    `torch.compile(function, backend=...)`, its CPU kernels generated for the config's `kernel_threads`."""
+    return under(mode_of(cfg), function, fullgraph=fullgraph, kernel_threads=cfg.get("kernel_threads"))
 
 
 def under(mode: str, function: Callable, *, fullgraph: bool = False, kernel_threads: int | None = None) -> Callable:

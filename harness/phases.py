@@ -200,8 +200,9 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
 
 def _reproduce_in_child(cfg: DictConfig, device: str) -> tuple[Failure | None, str | None, dict | None]:
     case = load_case(cfg.name)
+    cfg = compile_axis.as_users_run_it(cfg)  # the failure as a user's process shows it
     inputs = case.make_inputs(cfg, device)
-    output, failure = _call(_compiled(case.buggy, case, cfg, as_users_run_it=True), inputs, device)  # the failure as a user's process shows it
+    output, failure = _call(_compiled(case.buggy, case, cfg), inputs, device)
     if failure is None:
         if compile_axis.mode_of(cfg) == "off":
             return None, None, None
@@ -267,13 +268,13 @@ def _compiled_fix(function: Callable, case: ModuleType, cfg: DictConfig, inputs:
     return broken, figures, failure
 
 
-def _compiled(function: Callable, case: ModuleType, cfg: DictConfig, *, as_users_run_it: bool = False) -> Callable:
+def _compiled(function: Callable, case: ModuleType, cfg: DictConfig) -> Callable:
     """`function` under the config's compile mode (harness/compiled.py); itself where the case compiles its unit itself.
     A child that runs a submitted fix is confined, and confinement points its kernel cache, and its ranks', at the
     grade's own folder (harness/grading/confine.py); every other child, in a grade too, uses the harness's cache."""
     if getattr(case, "compiles_itself", False):
         return function
-    return compile_axis.compiled(function, cfg, as_users_run_it=as_users_run_it)
+    return compile_axis.compiled(function, cfg)
 
 
 @contextlib.contextmanager

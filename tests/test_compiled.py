@@ -71,6 +71,7 @@ def test_compiled_children_generate_kernels_for_the_speed_phase_s_threads():
     case_cfg = compose_config("case=codebook_oob").case
     assert compile_axis.case_config(case_cfg, "inductor", 1).kernel_threads == 1
     assert "kernel_threads" not in compile_axis.case_config(case_cfg, "off", 1)
+    assert "kernel_threads" not in compile_axis.as_users_run_it(compile_axis.case_config(case_cfg, "inductor", 1))  # reproduce
 
 
 def test_a_kernel_compiled_at_one_torch_thread_count_serves_another_once_kernel_threads_are_set(tmp_path):
@@ -124,6 +125,8 @@ def test_the_compiled_lookup_fails_differently_from_eager_and_the_record_says_ho
     assert reproduce.figures["same_as_eager"] is False, reproduce.message  # eager raises IndexError at the lookup
     if reproduce.status == "aborted":
         assert reproduce.figures["signal"] == "SIGABRT" and any("index out of bounds" in line for line in reproduce.figures["native_message"])
+    if torch.get_num_threads() > 1:  # a user's process: the kernel's bounds check throws in a parallel region and aborts
+        assert reproduce.status == "aborted", f"{reproduce.status}: reproduce compiled for one thread (kernel_threads), not as users run it"
 
 
 @pytest.mark.slow  # compiles embedding_oob's functions with a cold kernel cache: 25 to 60 s, shared by the two tests that read it
