@@ -4,8 +4,12 @@ Upstream: https://github.com/MorvanZhou/PyTorch-Tutorial/issues/57 ("403: questi
     2018-11-12), on tutorial-contents/403_RNN_regressor.py of MorvanZhou/PyTorch-Tutorial: with the line
     `h_state = h_state.data` commented out, training raised the error below, which the user "found can actually be
     solved by `loss.backward(retain_graph=True)`". The maintainer's answer: the code is written for pytorch 0.4.
-    The user's torch version and device are not given; the message's wording ("but the buffers have already been
-    freed") is that of torch <= 1.0, and the script runs on CPU (its tensors come from numpy, never moved).
+    The user's torch version and device are not given. The message's wording ("but the buffers have already been
+    freed") does not date it closely: torch 1.0.0 and 1.5.0 print it, 1.6.0 prints "but the saved intermediate
+    results have already been freed" (the strings in each release's libtorch; pytorch PR #38625, "Do not use
+    'buffer' in reentrant autograd err msg", May 2020). The date does: #57 was filed before the torch 1.0.0 wheels
+    were built (2018-12-06), so the user ran 0.4.x or a 1.0 preview. The script runs on CPU (its tensors come from
+    numpy, never moved).
 
 Fidelity: faithful in the model, sizes, data, optimizer and call order of 403_RNN_regressor.py: nn.RNN(input_size 1,
     hidden_size 32, 1 layer, batch_first), Linear(32, 1) applied per time step and stacked, MSELoss, Adam with lr 0.02;
@@ -20,7 +24,7 @@ Symptom on CUDA: not in this thread (the tutorial runs on CPU). Seen on an H200 
     The fix's float32 numbers differ from the float64 reference by up to 1.5e-4 there (cuDNN's RNN in TF32, torch's
     default; 2.1e-6 with cudnn.allow_tf32 off): the yaml's `cuda_tolerance`.
 
-Symptom on CPU: raised by the second window's loss.backward() (#57, torch version not given, <= 1.0 by its wording):
+Symptom on CPU: raised by the second window's loss.backward() (#57, torch version not given; before 1.0.0 by the date):
         RuntimeError: Trying to backward through the graph a second time, but the buffers have already been freed. Specify retain_graph=True when calling backward the first time.
     torch 2.13.0 words it:
         RuntimeError: Trying to backward through the graph a second time (or directly access saved tensors after they have already been freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if you need to access saved tensors after calling backward.
