@@ -6,10 +6,10 @@ Upstream: https://github.com/MorvanZhou/PyTorch-Tutorial/issues/57 ("403: questi
     solved by `loss.backward(retain_graph=True)`". The maintainer's answer: the code is written for pytorch 0.4.
     The user's torch version and device are not given. The message's wording ("but the buffers have already been
     freed") does not date it closely: torch 1.0.0 and 1.5.0 print it, 1.6.0 prints "but the saved intermediate
-    results have already been freed" (the strings in each release's libtorch; pytorch PR #38625, "Do not use
-    'buffer' in reentrant autograd err msg", May 2020). The date does: #57 was filed before the torch 1.0.0 wheels
-    were built (2018-12-06), so the user ran 0.4.x or a 1.0 preview. The script runs on CPU (its tensors come from
-    numpy, never moved).
+    results have already been freed" (the strings in each release's libtorch, macOS wheels; by its title and date,
+    May 2020, the change is pytorch PR #38625, "Do not use 'buffer' in reentrant autograd err msg"). The date does:
+    #57 was filed before the torch 1.0.0 wheels were built (2018-12-06), so the user ran an older release or a 1.0
+    preview. The script runs on CPU (its tensors come from numpy, never moved).
 
 Fidelity: faithful in the model, sizes, data, optimizer and call order of 403_RNN_regressor.py: nn.RNN(input_size 1,
     hidden_size 32, 1 layer, batch_first), Linear(32, 1) applied per time step and stacked, MSELoss, Adam with lr 0.02;
