@@ -1,21 +1,32 @@
 r"""Grey mask values used as class targets: Pytorch-UNet's cross entropy gets targets past its 2 classes.
 
 Upstream: https://github.com/milesial/Pytorch-UNet/issues/291 (own data, `n_classes=2`; the
-    version, torch and device are not given: the message is CPU's, the code is the repository of
-    August 2021, after the refactor of commit 2b649bc). The maintainer's answer: "check that your
+    version, torch and device are not given: the message is CPU's; #291 was filed on 2021-08-24, so the code is
+    the repository's master of then, d898497, after the refactor of commit f6185d6, "Summer cleanup",
+    2021-08-16, the day the maintainer closed #258 "as this issue is now outdated after the recent code
+    refactor"). The maintainer's answer: "check that your
     masks are loaded with class indices and not with raw greyscale value. Greyscale values are from
     0 to 255 while class indices are from 0 to n_classes-1". The repository's own fix came later:
     masks resized with NEAREST (commit 8f317cb, "Fix mask resampling in some cases") and each
     grey value the dataset's masks hold mapped to its index in their sorted list, `mask_values`
-    (commit d786714). The CUDA log is the same repository's
-    https://github.com/milesial/Pytorch-UNet/issues/258 (3 classes; torch and GPU not given).
+    (commit d786714, "Winter cleanup", 2022-12-06). Between the two,
+    https://github.com/milesial/Pytorch-UNet/issues/408 ("IndexError: Target 255 is out of bounds.", 2022-12-05)
+    shows 8f317cb alone: on "the 3.0 version" (tag v3.0, commit 9a6ee84: NEAREST, no mapping) the reporter finds
+    "the true_mask is 0 and 255" (from a label it calls "binary", "only has 01 pixel": why is not in the thread);
+    the maintainer: "Hi, can you try the latest master version? Custom dataset
+    support was improved." and "Yes, please try the latest master version, this should be fixed". The CUDA log is
+    the same repository's https://github.com/milesial/Pytorch-UNet/issues/258 (3 classes; torch and GPU not
+    given).
 
 Fidelity: faithful in the code path of #291's train.py and dataset: `BasicDataset.preprocess`
     resizes the mask with PIL's default resample (BICUBIC for a greyscale image since Pillow 7) and
     returns its raw values, train.py casts them to long and computes
     `CrossEntropyLoss()(masks_pred, true_masks) + dice_loss(F.softmax(masks_pred, dim=1).float(),
     F.one_hot(true_masks, n_classes).permute(0, 3, 1, 2).float(), multiclass=True)` with the Dice
-    code of that commit (its `.item()` and its loop over channels included); `n_classes=2`; the
+    code of that time (its `.item()` and its loop over channels included), except that `dice_coeff` flattens
+    with `.reshape(-1)`, which came with commit db72295 ("Switch to reshape in dice coeff", 2021-08-31, after
+    #291), where #291's code had `.view(-1)`: at batch 1 the two give the same value (`.view` raises at batch 2,
+    torch 2.13.0); `n_classes=2`; the
     repository's defaults, batch 1 and scale 0.5 of Carvana's 1918x1280 (the user's image size is
     not given). Synthetic: the UNet's logits (seeded; the network is not run), the mask (an
     ellipse, grey 255 on 0, as a PNG mask saved from an image editor holds it; what the user's masks
@@ -45,10 +56,15 @@ Cause: the mask's grey values are not class indices. A mask saved with 0 and 255
 Fix: the repository's own (commits 8f317cb and d786714): resize masks with NEAREST, so no new grey
     value appears, and map each grey value to its index in the sorted list of the values the
     dataset's masks hold (`mask_values`: [0, 255] -> classes 0 and 1), here with a lookup table
-    on the device and a range guard that does not sync the host. Not a silencer: clamping the
-    targets, or more classes than the data has (#258: "adding one to classes"), leaves the labels
-    wrong. The reference compares grey values with `mask_values` on the full-size mask's every
-    other pixel and spells the loss out in float64.
+    on the device and a range guard that does not sync the host; #408's maintainer points its reporter to this
+    master for the same 255 target. Not a silencer: clamping the targets leaves the labels wrong. More classes
+    (`one_more_class`) is #258's answer, and right for that thread: the maintainer's "If you have 3 classes you should change
+    n_classes to 3 (or 4 if you include background)" counts the classes a mask of class indices holds, and a later
+    commenter's "I solved this problem by adding one to args "classes"" does the same; here the data has 2 classes
+    and the targets are grey values, so a third output leaves 255 and the edge's grey values out of range (it still
+    raises), and no class count turns grey values into labels. Resizing with NEAREST alone
+    (`nearest_without_mapping`, 8f317cb as #408 ran it) still raises at 255. The reference compares grey values
+    with `mask_values` on the full-size mask's every other pixel and spells the loss out in float64.
 """
 
 from typing import NamedTuple
@@ -121,7 +137,8 @@ def scaled_size(height, width, scale):
 
 
 def dice_coeff(input, target, reduce_batch_first=False, epsilon=1e-6):
-    """utils/dice_score.py of commit 2b649bc, unchanged."""
+    """utils/dice_score.py as of commit db72295 (2021-08-31): #291's code, of f6185d6, had `.view(-1)` where this has
+    `.reshape(-1)`; at batch 1 both give the same value."""
     assert input.size() == target.size()
     if input.dim() == 2 and reduce_batch_first:
         raise ValueError(f"Dice: asked to reduce batch but got tensor without batch dimension (shape {input.shape})")
@@ -221,14 +238,16 @@ def clamp_targets(x):
 
 
 def one_more_class(x):
-    """#258: "I solved this problem by adding one to args classes": a head with n_classes + 1 outputs."""
+    """#258's answer, a head with n_classes + 1 outputs: right where a mask of class indices holds one class more than
+    counted, as in #258; here the targets are grey values, 255 is still past 3 classes, and it still raises."""
     masks_pred = torch.cat([x.masks_pred, x.masks_pred[:, :1]], dim=1)  # the extra output's values do not matter
     true_masks = resize_as_pil_default(x.mask_image, x.masks_pred.shape[-2:]).long()
     return training_loss(masks_pred, true_masks, x.n_classes + 1)
 
 
 def nearest_without_mapping(x):
-    """Commit 8f317cb alone: no grey edge any more, but 255 is still a target."""
+    """Commit 8f317cb alone (tag v3.0, as #408 ran it: "the true_mask is 0 and 255"): no grey edge any more, but 255
+    is still a target."""
     true_masks = resize_nearest(x.mask_image, x.masks_pred.shape[-2:]).long()
     return training_loss(x.masks_pred, true_masks, x.n_classes)
 
