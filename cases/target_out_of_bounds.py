@@ -238,8 +238,9 @@ def clamp_targets(x):
 
 
 def one_more_class(x):
-    """#258's answer, a head with n_classes + 1 outputs: right where a mask of class indices holds one class more than
-    counted, as in #258; here the targets are grey values, 255 is still past 3 classes, and it still raises."""
+    """#258's answer, a head with n_classes + 1 outputs: right where the masks hold class indices and a class (the
+    background) went uncounted, which is what #258's maintainer answered; here the targets are grey values, 255 is
+    still past 3 classes, and it still raises."""
     masks_pred = torch.cat([x.masks_pred, x.masks_pred[:, :1]], dim=1)  # the extra output's values do not matter
     true_masks = resize_as_pil_default(x.mask_image, x.masks_pred.shape[-2:]).long()
     return training_loss(masks_pred, true_masks, x.n_classes + 1)
