@@ -41,12 +41,17 @@ Fix: the maintainer's (commit f52e199): take G's step first, through D as it was
     opt_G.step()), then D's: D on the real batch and on the generated batch detached, D_loss.backward(),
     opt_D.step(). Both gradients are then taken at the weights the step started from, as the buggy
     code's single forward meant. An equivalent with one forward: both backwards first, G's restricted to
-    G's parameters (`inputs=`), then both steps (the speed baseline). Wrong ones from the threads:
-    `retain_graph=True` on every backward (the buggy code already retains; still raises),
-    `.clone()` on the activations (the modified tensor is a weight: still raises), stepping both
-    optimizers after both backwards without restricting G's backward (SRGAN #89: D's gradient gets
-    G_loss's too, whose fake term cancels D_loss's), and downgrading torch below 1.5, which cannot be a
-    function: `downgrade_to_torch_1_4` replays what 1.4 computed (Adam writing `p.data`), silently
+    G's parameters (`inputs=`), then both steps (the speed baseline). Wrong ones: two generic attempts at
+    this message, not from the cited threads: `retain_graph=True` on every backward (the buggy code already
+    retains; still raises), `.clone()` on the activations (the modified tensor is a weight: still raises);
+    and two from leftthomas/SRGAN's threads on the same error, each a commenter's: stepping both optimizers
+    after both backwards without restricting G's backward (https://github.com/leftthomas/SRGAN/issues/89:
+    "you can simply do optimizerD.step() and optimizerG.step() after both d_loss.backward and
+    g_loss.backward to avoid this error"; D's gradient gets G_loss's too, whose fake term cancels D_loss's),
+    and downgrading torch below 1.5 (https://github.com/leftthomas/SRGAN/issues/88: "fixed by using
+    torch==1.4.0 and torchvision==0.5 . Not really long term fix"; in #89 here sijiali57 explains that 1.4
+    lacked the check and 1.5 added it), which cannot be a function: `downgrade_to_torch_1_4` replays what
+    1.4 computed (Adam writing `p.data`), silently
     wrong. Anomaly detection, which the error's hint suggests, left on in training is correct but slow
     (a slow control). A `.clone()` of D's weights for G's pass (torch.func.functional_call) is correct and
     costs next to nothing at these sizes (0.99-1.23x of the baseline, one noisy process each), so it is
@@ -216,11 +221,12 @@ def speed_baseline(x):
     return trained(G, D)
 
 
-# -- bad fixes: plausible, from the threads, each wrong ---------------------------------------
+# -- bad fixes: plausible, each wrong (two generic attempts, two from leftthomas/SRGAN's threads) --
 
 
 def retain_graph_everywhere(x):
-    """`retain_graph=True` on G's backward too (the buggy code already retains on D's): still raises."""
+    """`retain_graph=True` on G's backward too (the buggy code already retains on D's): still raises. A generic
+    attempt at this message, not from the cited threads."""
     G, D, opt_G, opt_D = fresh_models(x)
     G_paintings = G(x.ideas)
     prob_artist0 = D(x.paintings)
@@ -237,7 +243,8 @@ def retain_graph_everywhere(x):
 
 
 def clone_the_activations(x):
-    """`.clone()` on the generated batch and on D's outputs: the modified tensor is D's weight, not these."""
+    """`.clone()` on the generated batch and on D's outputs: the modified tensor is D's weight, not these. A generic
+    attempt at this message, not from the cited threads."""
     G, D, opt_G, opt_D = fresh_models(x)
     G_paintings = G(x.ideas).clone()
     prob_artist0 = D(x.paintings).clone()
@@ -254,8 +261,8 @@ def clone_the_activations(x):
 
 
 def step_after_both_backwards(x):
-    """SRGAN #89: both steps after both backwards. G_loss.backward() also adds into D's gradients, so D
-    steps on D_loss + G_loss, whose generated-batch terms cancel: D learns from the real batch only."""
+    """leftthomas/SRGAN #89, a commenter: both steps after both backwards. G_loss.backward() also adds into D's
+    gradients, so D steps on D_loss + G_loss, whose generated-batch terms cancel: D learns from the real batch only."""
     G, D, opt_G, opt_D = fresh_models(x)
     G_paintings = G(x.ideas)
     prob_artist0 = D(x.paintings)
@@ -281,8 +288,9 @@ def adam_first_step_on_data(parameters, lr, betas=(0.9, 0.999), eps=1e-8):
 
 
 def downgrade_to_torch_1_4(x):
-    """Downgrading torch cannot be a function; this is what the buggy code computed on torch 1.4: D's step
-    bypasses the version counter, so G's backward uses D's new weights with its old activations."""
+    """leftthomas/SRGAN #88, a commenter: "fixed by using torch==1.4.0". Downgrading torch cannot be a function; this
+    is what the buggy code computed on torch 1.4: D's step bypasses the version counter, so G's backward uses D's
+    new weights with its old activations."""
     G, D, opt_G, _ = fresh_models(x)
     G_paintings = G(x.ideas)
     prob_artist0 = D(x.paintings)
