@@ -49,8 +49,8 @@ Fix: the maintainer's (commit f52e199): take G's step first, through D as it was
     "you can simply do optimizerD.step() and optimizerG.step() after both d_loss.backward and
     g_loss.backward to avoid this error"; D's gradient gets G_loss's too, whose fake term cancels D_loss's),
     and downgrading torch below 1.5 (https://github.com/leftthomas/SRGAN/issues/88: "fixed by using
-    torch==1.4.0 and torchvision==0.5 . Not really long term fix"; in #89 here sijiali57 explains that 1.4
-    lacked the check and 1.5 added it), which cannot be a function: `downgrade_to_torch_1_4` replays what
+    torch==1.4.0 and torchvision==0.5 . Not really long term fix"; in PyTorch-Tutorial #89 sijiali57 explains
+    that 1.4 lacked the check and 1.5 added it), which cannot be a function: `downgrade_to_torch_1_4` replays what
     1.4 computed (Adam writing `p.data`), silently
     wrong. Anomaly detection, which the error's hint suggests, left on in training is correct but slow
     (a slow control). A `.clone()` of D's weights for G's pass (torch.func.functional_call) is correct and
