@@ -26,9 +26,12 @@ Fidelity: faithful in the mechanism and the model's structure: 24 encoder layers
 Symptom on CUDA: the thread (NCCL; the reporter set TORCH_DISTRIBUTED_DEBUG to get names), verbatim:
         RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. This error indicates that your module has parameters that were not used in producing loss. You can enable unused parameter detection by passing the keyword argument `find_unused_parameters=True` to `torch.nn.parallel.DistributedDataParallel`, and by
         making sure all `forward` function outputs participate in calculating loss.
+        [...]
         Parameters which did not receive grad for rank 0: model.encoder.layers.22.final_layer_norm.bias, model.encoder.layers.22.final_layer_norm.weight, model.encoder.layers.22.feed_forward.output_dense.bias, ...
     Seen on an H200 (torch 2.11.0+cu130, CUDA 13.0, driver 580.159), two gloo ranks on one GPU: the CPU's text, rank 0 first
     (`Parameters which did not receive grad for rank 0: encoder.layers.12.final_layer_norm.bias, ...`).
+    `[...]` marks a cut: the thread's message has one more paragraph there ("If you already have done the above,
+    then the distributed data parallel module wasn't able to locate the output tensors ...").
 
 Symptom on CPU: both ranks raise at the forward after the first step that skipped a layer, in DDP's
     `_pre_forward` (`self.reducer._rebuild_buckets()`); with TORCH_DISTRIBUTED_DEBUG=INFO the names follow:
@@ -46,10 +49,12 @@ Cause: DDP's reducer waits, during backward, for a gradient from every parameter
     gradient buckets of that iteration never finish, and the next forward finds the reduction
     unfinished. Which layers are skipped changes every step.
 
-Fix: the maintainers' answers in #2340: HF's wav2vec2-family encoders use LayerDrop, which "causes
-    issues with DDP", so `--find_unused_parameters=True` is needed (Adel-Moumen); or "deactivate
-    layer_drop in the config.json of the HuggingFace model ... this may result (or may not) in degraded
-    downstream performance" (TParcollet). The first is `fixed`:
+Fix: the maintainers' answers in #2340, on BenoitWang's explanation: "As explained by @BenoitWang, w2v2
+    from HF is using a layer dropout strategy which causes issues with DDP (and that is why you really need
+    to specify `--find_unused_parameters=True`)" (Adel-Moumen; BenoitWang's own comment is not in the part
+    read); or "deactivate layer_drop in the config.json of the HuggingFace model ... this may result (or may
+    not) in degraded downstream performance" (TParcollet). The first is `fixed`; the second changes the
+    recipe (below). `fixed` is
     `DistributedDataParallel(model, find_unused_parameters=True)`: after each
     forward DDP walks the autograd graph from the outputs and marks every parameter it cannot reach
     as ready, and it leaves the gradient of a parameter no rank used untouched (None), so the ranks
@@ -61,16 +66,21 @@ Fix: the maintainers' answers in #2340: HF's wav2vec2-family encoders use LayerD
     a new DDP each step over that step's layers, costs more: the fix reads 0.83-0.91x of it
     (speed:wrap_kept_layers_each_step). At wavlm-large's width the step's arithmetic grows 4000-fold
     while the walk does not (the same nodes): its share can only shrink.
-    Wrong fixes: `static_graph=True`, which transformers' docs call cheaper than
-    find_unused_parameters (https://github.com/huggingface/transformers/pull/45519), assumes the
-    same parameters go unused every step; LayerDrop changes them and DDP raises "Your training graph
+    Wrong fixes: `static_graph=True`, which PyTorch's DDP docs (DistributedDataParallel's `static_graph`)
+    say may "Potentially improve performance when there are unused parameters, as DDP will not search
+    graph in each iteration to detect unused parameters" (transformers PR
+    https://github.com/huggingface/transformers/pull/45519, which exposes the flag, quotes those docs),
+    assumes the same parameters go unused every step; LayerDrop changes them and DDP raises "Your training graph
     has changed in this iteration" at the second step. `loss + 0 * sum(skipped layers' parameters)`
     trains, but gives a layer that no rank ran a gradient 0 instead of none, and Adam moves it with
     its running averages (max |diff| 1.7e-3 after 3 steps with shared draws); with independent
     draws and this seed no layer is skipped by both ranks in one step, and the trick matches the
     reference (the bad-fix phase then reports it accepted: it is wrong only where no rank ran a
-    layer). `layerdrop: 0` (TParcollet's other answer) trains another recipe: every layer every
-    step (max |diff| 6.0e-3). Freezing the layers step 0's error named (`requires_grad=False`)
+    layer). `layerdrop: 0` is a maintainer's answer in #2340 (TParcollet's, above), and a user may well
+    choose it; the case grades it wrong because it trains another recipe than the thread's: wavlm-large's
+    config sets layerdrop 0.1, and without it every layer trains every step, so its weights are not those
+    the recipe with LayerDrop gives (max |diff| 6.0e-3), at a cost to downstream performance that, as
+    TParcollet says, may or may not come. Freezing the layers step 0's error named (`requires_grad=False`)
     raises again at the next step, which skips others.
 """
 
@@ -330,7 +340,8 @@ def static_graph_rank(job):
 
 
 def static_graph(job):
-    """`static_graph=True`: cheaper than the walk, but it assumes the same parameters go unused every step."""
+    """`static_graph=True`: by PyTorch's DDP docs it spares the search for unused parameters each step, but it assumes
+    the same parameters go unused every step."""
     return every_rank(launch(static_graph_rank, job, nprocs=job.ranks, deadline_s=job.deadline_s, refusals=RANK_ERRORS))
 
 
@@ -357,7 +368,8 @@ def no_layerdrop_rank(job):
 
 
 def disable_layerdrop(job):
-    """TParcollet in #2340: `layerdrop: 0` in the model's config. It trains, but another recipe: every layer every step."""
+    """TParcollet, a maintainer, in #2340: `layerdrop: 0` in the model's config. It trains, but another recipe than the
+    thread's (wavlm-large's layerdrop 0.1): every layer every step."""
     return every_rank(launch(no_layerdrop_rank, job, nprocs=job.ranks, deadline_s=job.deadline_s, refusals=RANK_ERRORS))
 
 
