@@ -6,11 +6,16 @@ Upstream: https://github.com/zoogzog/chexnet/issues/19 ("CUDA Memory Error", 201
     `Variable(..., volatile=True)` and sums `losstensorMean += losstensor`. From torch 0.4 on, `volatile`
     "was removed and now has no effect", so each batch's forward records its graph, and the running sum keeps
     all of them, with every activation DenseNet saved for a backward that never comes. The OOM is in
-    epochVal; "Have tried editing batch size, still no solution". A second user (dgrechka) answers that the
-    code was written for torch 0.3.1 and that `with torch.no_grad():` in place of `volatile=True` "solved
-    the issue" for them. The same loop earlier: https://github.com/zoogzog/chexnet/issues/12 (2xTesla K80,
-    batch 16, out of memory "at the end of the first epoch"), where another user blames the sum and suggests
-    `losstensorMean += losstensor.data[0]`. The torch version of either report is not stated; #19's message
+    epochVal; "Have tried editing batch size, still no solution". A second user (dgrechka), a commenter, not a
+    maintainer, answers that the code was written for torch 0.3.1 and that `with torch.no_grad():` in place
+    of `volatile=True` "solved the issue" for them; no maintainer answers in the part read, #19 is still open,
+    and the repository's code was never changed (its last commit is of 2018-01-29). The same loop earlier:
+    https://github.com/zoogzog/chexnet/issues/12 (2xTesla K80, batch 16, out of memory "at the end of the
+    first epoch"), where another user blames the sum and suggests `losstensorMean += losstensor.data[0]`,
+    and where #19's reporter writes the day #19 was filed (2019-05-29): "The problem is still ongoing, any
+    suggestions?? Adding [0] or .item() does not work either, even for batch size of 2." So the threads do
+    not establish that the running sum alone ran the card out: the graph each batch records is as supported a
+    cause. The torch version of either report is not stated; #19's message
     format (`cached`) is that of torch 1.0-1.3. PyTorch's FAQ "My model reports 'cuda runtime error(2): out of
     memory'" explains the family ("Don't accumulate history across your training loop", `total_loss += loss`);
     its own discussion (https://github.com/pytorch/pytorch/pull/5251) notes that where `loss.backward()` runs
@@ -45,12 +50,16 @@ Symptom on CPU: no error at these sizes: the retained memory grows by one batch'
 Cause: `volatile=True` no longer turns autograd off, and the parameters require grad, so every forward builds
     a graph whose nodes keep the activations they would need for a backward. `losstensor` is the graph's root;
     `losstensorMean += losstensor` makes it an input of the running sum, which lives to the end of the epoch,
-    so no batch's graph is ever freed. Nothing raises until an allocation fails.
+    so no batch's graph is ever freed. Nothing raises until an allocation fails. Which of the two ran #19's
+    card out, the sum keeping every graph or the graph recorded per batch, the threads do not settle: in #12
+    the same reporter says `.item()` "does not work either" (Upstream). The case measures the sum's growth;
+    the fix removes both.
 
-Fix: dgrechka's (#19): run the validation batches under `torch.no_grad()`, as the warning for `volatile`
-    says; no graph is recorded and the sum adds plain numbers. Detaching the sum alone (`.item()`,
-    `.detach()`) also stops the growth, but each batch still records its graph while it runs: a peak per
-    batch of about one graph (~42 MiB here, against ~4 MiB under no_grad), which the peak budget rejects.
+Fix: dgrechka's (#19), a commenter's, not a maintainer's: run the validation batches under
+    `torch.no_grad()`, as the warning for `volatile` says; no graph is recorded and the sum adds plain
+    numbers. Detaching the sum alone (`.item()`, `.detach()`) also stops the growth, but each batch still
+    records its graph while it runs: a peak per batch of about one graph (~42 MiB here, against ~4 MiB under
+    no_grad), which the peak budget rejects; in #12 #19's reporter says `.item()` did not help.
     Wrong ones: `losstensorMean += losstensor.data[0]` (#12) raises IndexError on every torch from 0.5; a
     smaller batch ("Have tried editing batch size"), written here as the batch validated in two halves, keeps
     the same activations per batch; emptying the caches between batches (`gc.collect()`,
