@@ -7,7 +7,7 @@ holds too little to decide: no verdict, but the case stays a candidate and says 
 (a positive that triage is known to miss: checked as CANDIDATE until it is fixed), and ` #=MATCH=#` at
 the end of the line that must be among the verdict's evidence. Lines starting with `#=` are not part of
 the log. tests/triage_logs_heldout/ holds logs of the same form that were kept apart while the signs were
-tuned for issue 21 and measured once (README, "Triage"); they are regular fixtures since.
+tuned for issue 21 and measured once (docs/history/measurements.md, "Triage"); they are regular fixtures since.
 """
 
 import json

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA evidence, run on a lent GPU machine (no network) from the repository root:
 #   DEADLINE_S=<s> bash tools/device_evidence.sh eager|backends|speechbrain|tests|diagnose|compiled|grade|suite [case or question ...]
-# Wheels for what the machine lacks travel in .whl/ (README "On a GPU"); records land under
+# Wheels for what the machine lacks travel in .whl/ (docs/guides/gpu.md); records land under
 # results/matrix/cuda/torch-<version>/ as on CPU; each mode writes $OUT/<mode>.log, and an archive of the
 # records ($OUT/<mode>-<pid>.tgz) where it wrote any. TORCH_ERROR_CASES_COMMIT names the commit sent.
 set -u
