@@ -46,7 +46,13 @@ how long teardown took); the reproduce record keeps them.
 and a docstring whose first line is its title, followed by the sections in
 `REQUIRED_SECTIONS`, each starting at the beginning of a line ("Cause: ..."),
 continued on lines indented by 4; lines indented by 8 are verbatim text (error
-messages as they were printed).
+messages as they were printed). `Upstream:` cites a https://github.com/ thread; `Fidelity:` says what is
+faithful and what is synthetic.
+
+A case still being written fails the contract loudly, never passes quietly: `python -m harness new <name>`
+(harness/scaffold.py) writes every part as a placeholder, and `contract_problems` names each one left: a
+docstring title or section, `compiled_unit` or a line of the yaml that still says `TODO`, a function that still
+raises `NotImplementedError`, empty `symptoms`, `bad_fixes` or `triage_signs` (no failure sign).
 """
 
 from __future__ import annotations
@@ -168,12 +174,50 @@ def contract_problems(case: ModuleType) -> list[str]:
         problems.append(f"the yaml sets a memory budget ({', '.join(memory_budgets)}) but `memory_fixes` is empty: nothing shows the memory verdict can fail")
     if getattr(case, "slow_fixes", None) and hasattr(case, "speed_candidate") and not hasattr(case, "speed_reference"):
         problems.append("`slow_fixes` stand in for `speed_candidate`, so the case needs `speed_reference`")
+    signs = getattr(case, "triage_signs", None)
+    if signs is not None and not any(getattr(sign, "kind", None) == "failure" for sign in getattr(signs, "signs", ())):
+        problems.append("`triage_signs` has no failure sign: `python -m harness.triage` cannot recognise the failure")
+    if TODO in str(getattr(case, "compiled_unit", "")):
+        problems.append("`compiled_unit` still says TODO: what a user of this code would torch.compile")
+    problems += [f"`{name}` still raises NotImplementedError: write it" for name in _placeholder_functions(case)]
+    problems += _yaml_placeholders(case)
     try:
         text = case_text(case)
     except ValueError as error:
         return problems + [str(error)]
+    if TODO in text.title:
+        problems.append("docstring title still says TODO: what goes wrong, in one line")
     problems += [f"docstring lacks section {section!r}" for section in REQUIRED_SECTIONS if section not in text.sections]
+    problems += [f"docstring section {section!r} still says TODO" for section in REQUIRED_SECTIONS if TODO in text.sections.get(section, "")]
+    upstream, fidelity = text.sections.get("Upstream"), text.sections.get("Fidelity")
+    if upstream is not None and "https://github.com/" not in upstream:
+        problems.append("docstring section 'Upstream' cites no https://github.com/ thread")
+    if fidelity is not None and not any(word in fidelity.lower() for word in ("faithful", "synthetic")):
+        problems.append("docstring section 'Fidelity' says neither what is faithful nor what is synthetic")
     return problems
+
+
+TODO = "TODO"  # the scaffold's placeholder (harness/scaffold.py): a case that still says it is unfinished
+_CASE_FUNCTIONS = ("make_inputs", "buggy", "fixed", "reference", "speed_baseline", "speed_candidate", "speed_reference", "memory_baseline", "preload")
+_CONTROLS = ("bad_fixes", "slow_fixes", "memory_fixes")
+
+
+def _placeholder_functions(case: ModuleType) -> list[str]:
+    """The case's functions (and its controls', as `bad_fixes[name]`) whose code raises NotImplementedError."""
+    named = [(name, getattr(case, name)) for name in _CASE_FUNCTIONS if callable(getattr(case, name, None))]
+    for controls in _CONTROLS:
+        value = getattr(case, controls, None)
+        if isinstance(value, dict):
+            named += [(f"{controls}[{key!r}]", function) for key, function in value.items() if callable(function)]
+    return [name for name, function in named if isinstance(function, FunctionType) and "NotImplementedError" in global_names(function.__code__)]
+
+
+def _yaml_placeholders(case: ModuleType) -> list[str]:
+    """The lines of the case's yaml that still say TODO."""
+    path = CASE_CONFIG_DIR / f"{case.__name__.rpartition('.')[2]}.yaml"
+    if not path.exists():
+        return []
+    return [f"conf/case/{path.name} line {number} still says TODO: {line.strip()}" for number, line in enumerate(path.read_text().splitlines(), 1) if TODO in line]
 
 
 def _speed_budgets(case: ModuleType) -> list[str]:

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness import compiled as compile_axis
 from harness.grading import grade
 from harness.grading.confine import Limits
-from harness.cases import case_names, case_text, fork_server_modules, load_case
+from harness.cases import case_names, case_text, contract_problems, fork_server_modules, load_case
 from harness.isolate import preload, run_isolated
 from harness.memory import MemorySettings
 from harness.phases import PHASES, Settings, SpeedSettings, run_phase
@@ -104,6 +104,12 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"speed.cpu_threads={cfg.speed.cpu_threads}: need at least 1")
     if cfg.case.name not in case_names():
         raise ConfigError(f"case yaml names {cfg.case.name!r}, but cases/ has no such module ({', '.join(case_names())})")
+    unfinished = contract_problems(load_case(cfg.case.name))  # a scaffolded case (python -m harness new) until it is filled in
+    if unfinished:
+        raise ConfigError(
+            f"case {cfg.case.name} does not meet the contract yet, {len(unfinished)} part(s) missing (python -m pytest tests/test_contract.py -k {cfg.case.name} "
+            f"lists them): {'; '.join(unfinished[:3])}{'; ...' if len(unfinished) > 3 else ''}"
+        )
     for scope in ("sizes", "speed.inputs.sizes", "speed.device_inputs.cpu.sizes", "speed.device_inputs.cuda.sizes"):
         for key, value in (OmegaConf.select(cfg.case, scope) or {}).items():
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -3,7 +3,7 @@
 import pytest
 from omegaconf import OmegaConf
 
-from harness.cases import CASE_CONFIG_DIR, Symptom, case_names, case_text, config_names, contract_problems, load_case
+from harness.cases import CASE_CONFIG_DIR, ROOT, Symptom, case_names, case_text, config_names, contract_problems, load_case
 from harness.isolate import Failure
 
 CASES = case_names()
@@ -19,7 +19,16 @@ def test_every_case_module_has_a_yaml_and_every_yaml_a_module():
 
 @pytest.mark.parametrize("name", CASES)
 def test_case_fulfils_the_contract(name):
-    assert contract_problems(load_case(name)) == []
+    problems = contract_problems(load_case(name))
+    assert not problems, f"{name} lacks {len(problems)} part(s) of the contract (harness/cases.py):\n- " + "\n- ".join(problems)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_case_has_real_triage_logs_with_a_positive(name):
+    folders = [ROOT / "tests" / folder / name for folder in ("triage_logs", "triage_logs_heldout")]
+    logs = [path for folder in folders for path in folder.glob("*.log")]
+    positives = [path for path in logs if f"#=EXPECT=# {name}\n" in path.read_text()]
+    assert positives, f"{name} has no real log in tests/triage_logs/{name}/ marked `#=EXPECT=# {name}` (tests/test_triage.py says how)"
 
 
 @pytest.mark.parametrize("name", CASES)
