@@ -1,4 +1,7 @@
-"""MkDocs hook (mkdocs.yml `hooks:`): repository files that the docs link to become pages of the site.
+"""MkDocs hook (mkdocs.yml `hooks:`): the case gallery's navigation, and repository files that the docs link to as pages.
+
+The navigation's "Cases" section lists the index (cases/README.md), then every generated case page in docs/cases/,
+found by scanning the folder: a new case costs no edit of mkdocs.yml.
 
 A page in docs/ may link to a file of the repository outside docs/ by its relative path, as GitHub renders it:
 the generated case pages link `../../cases/embedding_oob.py` and `../../conf/case/embedding_oob.yaml`, the
@@ -38,6 +41,17 @@ def source_page(path: str) -> str:
     fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
     language = LANGUAGES.get(Path(path).suffix, "")
     return f"# {path}\n\nThe file `{path}` of the repository, as the site was built.\n\n{fence}{language}\n{text.rstrip()}\n{fence}\n"
+
+
+GALLERY = "Cases"
+
+
+def on_config(config):
+    pages = sorted(path.stem for path in (ROOT / "docs" / "cases").glob("*.md") if path.name != "README.md")
+    for section in config["nav"] or []:
+        if isinstance(section, dict) and GALLERY in section:
+            section[GALLERY] = [{"All cases": "cases/README.md"}, *({name: f"cases/{name}.md"} for name in pages)]
+    return config
 
 
 def on_files(files, config):

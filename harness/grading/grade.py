@@ -542,20 +542,7 @@ def write_exercise(name: str, directory: str) -> Path:
 
 def starter_source(case: ModuleType, path: Path) -> str:
     name = case.__name__.rpartition(".")[2]
-    copied = sorted(reachable(case, [case.buggy]) - reachable(case, [case.fixed]), key=lambda f: f.__code__.co_firstlineno)
-    copied_names = {function.__name__ for function in copied}
-    needed = [n for function in copied for n in global_names(function.__code__) if n not in copied_names and n in vars(case)]
-    imports, from_case = [], []
-    for needed_name in dict.fromkeys(needed):
-        value = vars(case)[needed_name]
-        if isinstance(value, ModuleType):
-            imports.append(f"import {value.__name__}" + ("" if value.__name__ == needed_name else f" as {needed_name}"))
-        else:
-            from_case.append(needed_name)
-    functions = []
-    for function in copied:
-        source = textwrap.dedent(inspect.getsource(function))
-        functions.append(re.sub(r"^def buggy\(", f"def {EXERCISE_FUNCTION}(", source, count=1, flags=re.M) if function is case.buggy else source)
+    copied = reachable(case, [case.buggy]) - reachable(case, [case.fixed])
     grade_command = f"python -m harness case={name} fix={path}:{EXERCISE_FUNCTION}"
     story = _without_fix_section(case.__doc__ or "")
     header = (
@@ -564,9 +551,37 @@ def starter_source(case: ModuleType, path: Path) -> str:
         f"Grade it:\n    {grade_command}\nHints, one step at a time:\n    python -m harness case={name} hint=1\n"
         '"""\n\n'
     )
-    body = "\n".join(sorted(imports)) + "\n\n" + (f"from cases.{name} import {', '.join(sorted(from_case))}\n" if from_case else "")
     main = f'\n\nif __name__ == "__main__":\n    print("grade this file with: {grade_command}")\n'
-    return header + body + "\n\n" + "\n\n".join(functions) + main
+    return header + _functions_as_a_module(case, copied, case.buggy) + main
+
+
+def solution_source(case: ModuleType) -> str:
+    """The case's own fix written out as a submission: `fixed` as `fix`, with the helpers only the solution uses
+    (the tripwires guard the case module's copies of those), the rest imported from the case as a starter does."""
+    name = case.__name__.rpartition(".")[2]
+    copied = reachable(case, [case.fixed]) - reachable(case, [case.buggy])
+    return f'"""The case\'s own fix for {name}, written out as a submission."""\n\n' + _functions_as_a_module(case, copied, case.fixed)
+
+
+def _functions_as_a_module(case: ModuleType, copied: set, entry: Any) -> str:
+    """Imports, names taken from the case, and the source of `copied` in file order, `entry` renamed `fix`."""
+    name = case.__name__.rpartition(".")[2]
+    ordered = sorted(copied, key=lambda f: f.__code__.co_firstlineno)
+    copied_names = {function.__name__ for function in ordered}
+    needed = [n for function in ordered for n in global_names(function.__code__) if n not in copied_names and n in vars(case)]
+    imports, from_case = [], []
+    for needed_name in dict.fromkeys(needed):
+        value = vars(case)[needed_name]
+        if isinstance(value, ModuleType):
+            imports.append(f"import {value.__name__}" + ("" if value.__name__ == needed_name else f" as {needed_name}"))
+        else:
+            from_case.append(needed_name)
+    functions = []
+    for function in ordered:
+        source = textwrap.dedent(inspect.getsource(function))
+        functions.append(re.sub(rf"^def {entry.__name__}\(", f"def {EXERCISE_FUNCTION}(", source, count=1, flags=re.M) if function is entry else source)
+    body = "\n".join(sorted(imports)) + "\n\n" + (f"from cases.{name} import {', '.join(sorted(from_case))}\n" if from_case else "")
+    return body + "\n\n" + "\n\n".join(functions)
 
 
 def _without_fix_section(doc: str) -> str:

@@ -1,0 +1,346 @@
+"""Grade a folder of fixes, one `python -m harness case=<case> fix=<file>:fix` process per case, resumably.
+
+Each grade runs as its own process in a session of its own, bounded in wall time, so a submission that kills,
+stops or hangs its grader costs that case a named verdict and nothing else. What a finished grade found is
+written to OUT/cases/<case>.json (atomically) before the next starts; a grade in progress has a marker in
+OUT/running/. A run started again over the same OUT reads the finished cases back (grading none of them
+twice, unless its file changed since), kills what an interrupted grade left running (its marker names the
+session), and grades the rest. OUT/log.jsonl says when each grade started and ended.
+
+Parallel grades each get a slice of the CPUs of their own (`sched_setaffinity`), never shared, so that one
+grade's work cannot land on the cores another grade is timing on; on CUDA grades run one at a time (one
+device: a second grade's kernels would share the GPU that is timing).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from harness.cases import ROOT
+from harness.grading.confine import start_ticks
+
+CPUS_PER_GRADE = 2  # a grade's timing child runs single-threaded beside the parent that reads its clock and CPU time
+GRADE_WALL_S = 3600.0  # the grader's own per-phase timeouts (timeout_s) end a hang well before this
+GRADER = ("-m", "harness")  # what grades one file: `python -m harness case=<case> fix=<file>:fix ...`
+EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE, EXIT_NO_DEVICE = 0, 1, 2, 3
+
+# Each grade's process sets these before it becomes `python -m harness`: it dies with the bench (PR_SET_PDEATHSIG),
+# and keeps to its CPU slice.
+_LAUNCH = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+if os.getppid() != int(sys.argv[1]):
+    os._exit(137)
+if sys.argv[2]:
+    os.sched_setaffinity(0, {int(cpu) for cpu in sys.argv[2].split(",")})
+os.execv(sys.executable, [sys.executable, *sys.argv[3:]])
+"""
+
+
+@dataclass
+class CaseResult:
+    """One task's line of the scoreboard."""
+
+    case: str
+    status: str  # accepted, rejected, not_attempted, duplicate, syntax_error, bad_submission, no_device, grader_timeout, grader_crashed
+    verdict: str = ""  # the grader's verdict line, or why there is none
+    first_failing: str | None = None  # "<check>: <status>" of a rejection
+    files: list[str] = dataclasses.field(default_factory=list)
+    sha256: str | None = None
+    speed: dict[str, Any] | None = None  # ratio, ratio_low, ratio_high, budget, status
+    memory: dict[str, Any] | None = None  # where the grade judged memory
+    seconds: float | None = None
+    record: str | None = None  # relative to OUT
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    device: str = "cpu"
+    compile: str = "off"
+    timeout_s: float = 300.0  # per phase, the grader's own `timeout_s`
+    wall_s: float = GRADE_WALL_S  # per grade, the bench's bound on a grader that does not end
+
+    def overrides(self) -> list[str]:
+        return [f"device={self.device}", f"compile={self.compile}", f"timeout_s={self.timeout_s:g}"]
+
+
+def discover(fixes: Path, cases: list[str], out: Path) -> tuple[dict[str, list[Path]], list[Path]]:
+    """The `fix_<case>.py` files under `fixes` (any depth, `out` left out) by case, and those that name no case."""
+    by_case: dict[str, list[Path]] = {}
+    unmatched: list[Path] = []
+    for path in sorted(fixes.rglob("fix_*.py")):
+        if out in path.parents or not path.is_file():
+            continue
+        name = path.stem.removeprefix("fix_")
+        if name in cases:
+            by_case.setdefault(name, []).append(path)
+        else:
+            unmatched.append(path)
+    return by_case, unmatched
+
+
+def default_jobs(device: str) -> int:
+    """Grades at once: one per `CPUS_PER_GRADE` CPUs this process may use, one on CUDA (one device to time on)."""
+    return 1 if device == "cuda" else max(1, len(os.sched_getaffinity(0)) // CPUS_PER_GRADE)
+
+
+def cpu_slices(jobs: int) -> list[list[int]]:
+    cpus = sorted(os.sched_getaffinity(0))
+    size = max(1, len(cpus) // jobs)
+    return [cpus[i * size : (i + 1) * size] for i in range(jobs)]
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class Run:
+    """One bench run over OUT: its lock, its finished cases, its markers and its log."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        (out / "cases").mkdir(parents=True, exist_ok=True)
+        (out / "running").mkdir(exist_ok=True)
+        self._lock_file = open(out / ".lock", "w")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"another bench run is grading into {out}") from None
+        self._log_lock = threading.Lock()
+
+    def finished(self, case: str) -> CaseResult | None:
+        path = self.out / "cases" / f"{case}.json"
+        if not path.exists():
+            return None
+        return CaseResult(**json.loads(path.read_text()))
+
+    def keep(self, result: CaseResult) -> None:
+        _write_atomically(self.out / "cases" / f"{result.case}.json", json.dumps(dataclasses.asdict(result), indent=2) + "\n")
+
+    def log(self, **event: Any) -> None:
+        with self._log_lock, open(self.out / "log.jsonl", "a") as log:
+            log.write(json.dumps({"at": round(time.time(), 3), **event}) + "\n")
+
+    def events(self) -> list[dict[str, Any]]:
+        path = self.out / "log.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+    def clear_interrupted(self) -> list[str]:
+        """Kill what grades cut short by a killed bench left running (by their session), forget their markers."""
+        cleared = []
+        for marker in sorted((self.out / "running").glob("*.json")):
+            said = json.loads(marker.read_text() or "{}")
+            killed = kill_session(int(said.get("pid", 0)), int(said.get("start_ticks", 0)))
+            self.log(case=said.get("case", marker.stem), event="interrupted", killed=killed)
+            cleared.append(marker.stem)
+            marker.unlink()
+        return cleared
+
+    @contextlib.contextmanager
+    def running(self, case: str, pid: int) -> Iterator[None]:
+        marker = self.out / "running" / f"{case}.json"
+        _write_atomically(marker, json.dumps({"case": case, "pid": pid, "start_ticks": start_ticks(pid)}))
+        try:
+            yield
+        finally:
+            marker.unlink(missing_ok=True)
+
+
+def kill_session(leader: int, leader_ticks: int) -> int:
+    """SIGKILL every process of the session `leader` started, that started no earlier than it (a pid reused since
+    belongs to a younger process only if it leads no session of ours). The number killed."""
+    if leader <= 0:
+        return 0
+    killed = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_bytes().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        if int(fields[3]) == leader and int(fields[19]) >= leader_ticks:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry), signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+def grade_one(case: str, path: Path, out: Path, settings: Settings, cpus: list[int], run: Run) -> CaseResult:
+    """Grade one file in a process of its own; the result as its record says, or as its process ended."""
+    sha256 = sha256_of(path)
+    base = CaseResult(case, "", files=[str(path)], sha256=sha256)
+    try:
+        compile(path.read_bytes(), str(path), "exec")
+    except SyntaxError as error:
+        return dataclasses.replace(base, status="syntax_error", verdict=f"{path.name}:{error.lineno}: SyntaxError: {error.msg}", seconds=0.0)
+    folder = out / "grades" / case
+    if folder.exists():  # what a grade cut short had written: this grade starts clean
+        shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    command = [
+        sys.executable, "-c", _LAUNCH, str(os.getpid()), ",".join(map(str, cpus)),
+        *GRADER, f"case={case}", f"fix={_quoted(str(path))}:fix", *settings.overrides(), f"hydra.run.dir={_quoted(str(folder))}",
+    ]
+    started = time.monotonic()
+    with open(folder / "grade.log", "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder, env=_grader_environment())
+        with run.running(case, process.pid):
+            run.log(case=case, event="start", pid=process.pid, file=str(path), sha256=sha256)
+            try:
+                code: int | None = process.wait(timeout=settings.wall_s)
+            except subprocess.TimeoutExpired:
+                code = None
+            kill_session(process.pid, 0)
+            process.wait()
+    seconds = round(time.monotonic() - started, 2)
+    result = _read_outcome(dataclasses.replace(base, seconds=seconds, exit_code=code), folder, out, settings)
+    run.log(case=case, event="done", status=result.status, seconds=seconds)
+    return result
+
+
+def _grader_environment() -> dict[str, str]:
+    """The bench's environment, with this harness first on the path: the grader is the harness that made the task set."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
+
+
+def _read_outcome(result: CaseResult, folder: Path, out: Path, settings: Settings) -> CaseResult:
+    records = sorted(p for p in folder.glob(f"{result.case}.*.json"))
+    record = json.loads(records[0].read_text()) if records else None
+    said = _last_error_line(folder / "grade.log")
+    if result.exit_code is None:
+        return dataclasses.replace(result, status="grader_timeout", verdict=f"the grader did not end within {settings.wall_s:g} s (killed)")
+    if result.exit_code == EXIT_USAGE:
+        return dataclasses.replace(result, status="bad_submission", verdict=said or "the grader refused the file (exit 2)")
+    if result.exit_code == EXIT_NO_DEVICE:
+        return dataclasses.replace(result, status="no_device", verdict=said or f"device={settings.device} is not available here")
+    verdict = (record or {}).get("verdict")
+    if result.exit_code not in (EXIT_ACCEPTED, EXIT_REJECTED) or not verdict:
+        how = f"killed by {signal.Signals(-result.exit_code).name}" if result.exit_code < 0 else f"exit {result.exit_code}"
+        return dataclasses.replace(result, status="grader_crashed", verdict=f"the grader ended without a verdict ({how}){': ' + said if said else ''}")
+    accepted = verdict.startswith("accepted")
+    first = re.match(r"rejected by ([^:]+): ([^:]+):", verdict)
+    phases = {phase["phase"]: phase for phase in record["phases"]}
+    return dataclasses.replace(
+        result,
+        status="accepted" if accepted else "rejected",
+        verdict=verdict,
+        first_failing=f"{first.group(1)}: {first.group(2)}" if first else None,
+        speed=_speed(phases.get("speed")),
+        memory=_memory(phases.get("memory")),
+        record=str(records[0].relative_to(out)),
+    )
+
+
+def _speed(phase: dict | None) -> dict[str, Any] | None:
+    if phase is None or "ratio" not in phase["figures"]:
+        return None
+    figures = phase["figures"]
+    return {"status": phase["status"], **{key: figures.get(key) for key in ("ratio", "ratio_low", "ratio_high", "budget")}}
+
+
+def _memory(phase: dict | None) -> dict[str, Any] | None:
+    if phase is None:
+        return None
+    figures = phase["figures"]
+    keys = ("growth_fraction", "growth_fraction_low", "growth_fraction_high", "peak_ratio", "budget")
+    return {"status": phase["status"], **{key: figures[key] for key in keys if key in figures}}
+
+
+def _last_error_line(log: Path) -> str:
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("error: ")] if log.exists() else []
+    return lines[-1].removeprefix("error: ") if lines else ""
+
+
+def _quoted(value: str) -> str:
+    """A value Hydra's override grammar reads back as it is (paths with spaces, `=` or quotes)."""
+    if re.fullmatch(r"[\w./+-]+", value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def grade_all(
+    submissions: dict[str, list[Path]],
+    cases: list[str],
+    out: Path,
+    settings: Settings,
+    jobs: int,
+    on_result: Callable[[CaseResult, bool], None] = lambda result, reused: None,
+) -> dict[str, CaseResult]:
+    """Every case's result: finished ones read back, the rest graded `jobs` at a time. `on_result(result, reused)`
+    is called as each lands (from one thread at a time)."""
+    run = Run(out)
+    run.clear_interrupted()
+    results: dict[str, CaseResult] = {}
+    todo: list[tuple[str, Path]] = []
+    for case in cases:
+        files = submissions.get(case, [])
+        if not files:
+            results[case] = CaseResult(case, "not_attempted", "no fix_<case>.py for this case")
+        elif len(files) > 1:
+            results[case] = CaseResult(case, "duplicate", f"{len(files)} files for one case, none graded: {', '.join(map(str, files))}", files=list(map(str, files)))
+        elif (kept := run.finished(case)) is not None and kept.sha256 == sha256_of(files[0]) and kept.files == [str(files[0])]:
+            results[case] = kept
+            on_result(kept, True)
+            continue
+        else:
+            todo.append((case, files[0]))
+            continue
+        run.keep(results[case])
+        on_result(results[case], False)
+    slices = cpu_slices(jobs) if jobs > 1 else [[]]
+    free = list(range(len(slices)))
+    lock, stopping = threading.Lock(), threading.Event()
+
+    def work(case: str, path: Path) -> None:
+        with lock:
+            slot = free.pop()
+        try:
+            result = grade_one(case, path, out, settings, slices[slot], run)
+        finally:
+            with lock:
+                free.append(slot)
+        if stopping.is_set():  # its grade was killed with the run: graded again next time, never kept as a crash
+            return
+        run.keep(result)
+        with lock:
+            results[case] = result
+            on_result(result, False)
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(slices))
+    try:
+        for future in [pool.submit(work, case, path) for case, path in todo]:
+            future.result()
+    except BaseException:  # Ctrl-C, SIGTERM (raised by the CLI's handler), a bug: no grade outlives the run
+        stopping.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        run.clear_interrupted()
+        raise
+    pool.shutdown()
+    return {case: results[case] for case in cases}
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+

@@ -1,0 +1,276 @@
+"""The fixer benchmark (harness/bench): the task set and its hash, scoring, bad input, resuming a killed run.
+
+The bookkeeping tests grade with a stand-in for the harness (tests/bench_grader.py), so they cost seconds;
+the reference runs, which grade every case for real, are marked slow.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.bench import cli, runner, scoreboard, tasks
+from harness.bench.runner import CaseResult, discover
+from harness.cases import ROOT, case_names, load_case
+
+STAND_IN = "import sys; import harness.bench.runner as r; r.GRADER = ('-m', 'tests.bench_grader'); from harness.bench.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def bench(*args, stand_in=True, **popen):
+    command = [sys.executable, "-c", STAND_IN, *args] if stand_in else [sys.executable, "-m", "harness.bench", *args]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+
+
+@pytest.fixture
+def stand_in(monkeypatch, capsys):
+    """The bench in this process, grading with the stand-in: (exit code, what it printed)."""
+    monkeypatch.setattr(runner, "GRADER", ("-m", "tests.bench_grader"))
+
+    def run(*args):
+        code = cli.main(list(args))
+        printed = capsys.readouterr()
+        return code, printed.out + printed.err
+
+    return run
+
+
+def finished(process, timeout=300):
+    output, _ = process.communicate(timeout=timeout)
+    return process.returncode, output
+
+
+def fixes_folder(folder: Path, actions: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for case, action in actions.items():
+        (folder / f"fix_{case}.py").write_text(f"# bench: {action}\ndef fix(x):\n    return x\n")
+    return folder
+
+
+def board(out: Path) -> dict:
+    return json.loads((out / "scoreboard.json").read_text())
+
+
+def verdicts(out: Path) -> dict:
+    return {case: (r["status"], r["verdict"], r["first_failing"], r["speed"]) for case, r in board(out)["cases"].items()}
+
+
+def stand_in_processes() -> list[str]:
+    found = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in found if "bench_grader" in line and "ps -eo" not in line]
+
+
+# -- the task set --------------------------------------------------------------------------------------
+
+
+def test_the_task_set_hash_is_stable_and_changes_with_a_starter(tmp_path, monkeypatch):
+    first = tasks.write_tasks(tmp_path / "a")
+    second = tasks.write_tasks(tmp_path / "b")
+    assert first == second and first["cases"] == case_names()
+    assert tasks.content_hash({str(p.relative_to(tmp_path / "a")): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}) == first["sha256"]
+    original = tasks.starter_source
+    monkeypatch.setattr(tasks, "starter_source", lambda case, path: original(case, path) + ("# edited\n" if case.__name__ == "cases.embedding_oob" else ""))
+    assert tasks.set_hash() != first["sha256"]
+
+
+def test_a_task_holds_its_starter_and_card_but_no_fix_reference_or_hint(tmp_path):
+    tasks.write_tasks(tmp_path, ["embedding_oob", "class_weight_index"])
+    for name in ("embedding_oob", "class_weight_index"):
+        case = load_case(name)
+        card = json.loads((tmp_path / name / "task.json").read_text())
+        starter = (tmp_path / name / f"fix_{name}.py").read_text()
+        assert card["case"] == name and set(card["symptom"]) == {"cpu", "cuda"} and card["contract"]["speed_budget"]["eager"]["cpu"]
+        assert f"fix=fix_{name}.py:fix" in starter and "def fix(" in starter
+        everything = starter + json.dumps(card)
+        for function in ("fixed", "reference"):
+            body = "\n".join(line for line in __import__("inspect").getsource(getattr(case, function)).splitlines()[1:] if line.strip())
+            assert body not in everything
+        assert "Fix:" not in starter
+        from omegaconf import OmegaConf
+
+        for hint in OmegaConf.load(ROOT / "conf" / "case" / f"{name}.yaml").hints:
+            assert hint[:60] not in everything
+
+
+def test_discover_groups_files_by_case_and_names_the_rest(tmp_path):
+    fixes_folder(tmp_path, {"embedding_oob": "accept", "nosuch": "accept"})
+    fixes_folder(tmp_path / "more", {"codebook_oob": "accept", "embedding_oob": "accept"})
+    fixes_folder(tmp_path / "out", {"autocast_device": "accept"})  # the run's own folder is left out
+    by_case, unmatched = discover(tmp_path, case_names(), tmp_path / "out")
+    assert sorted(by_case) == ["codebook_oob", "embedding_oob"] and len(by_case["embedding_oob"]) == 2
+    assert [p.name for p in unmatched] == ["fix_nosuch.py"]
+
+
+# -- scoring -------------------------------------------------------------------------------------------
+
+
+def _result(case, status, ratio=None, speed_status="within_budget"):
+    speed = None if ratio is None else {"status": speed_status, "ratio": ratio, "ratio_low": ratio * 0.95, "ratio_high": ratio * 1.05, "budget": 1.15}
+    return CaseResult(case, status, speed=speed, seconds=1.0)
+
+
+def test_the_summary_counts_resolved_rates_fast_p_and_the_geometric_mean():
+    results = {
+        "a": _result("a", "accepted", 1.0),
+        "b": _result("b", "accepted", 0.5),
+        "c": _result("c", "rejected", 2.0, "over_budget"),
+        "d": _result("d", "not_attempted"),
+        "e": _result("e", "accepted"),  # no speed verdict: accepted, not fast
+    }
+    s = scoreboard.summary(results)
+    assert (s["tasks"], s["attempted"], s["accepted"]) == (5, 4, 3)
+    assert s["accepted_of_attempted"] == 0.75 and s["accepted_of_all"] == 0.6 and s["fast_p"] == 0.4
+    assert s["geomean_speed_ratio"] == pytest.approx(0.7071, abs=1e-4)
+
+
+def test_compare_names_verdict_flips_and_ratios_that_left_their_interval():
+    def made(results):
+        return scoreboard.scoreboard(results, [], {"task_set": {"sha256": "x" * 64, "format": 1}, "settings": {"device": "cpu", "compile": "off"}, "environment": {"torch": "2.13.0"}})
+
+    a = made({"a": _result("a", "accepted", 1.0), "b": _result("b", "accepted", 1.0), "c": _result("c", "accepted", 1.0)})
+    b = made({"a": _result("a", "rejected", 1.0, "over_budget"), "b": _result("b", "accepted", 1.5), "c": _result("c", "accepted", 1.02)})
+    said = scoreboard.changes(a, b)
+    assert said[0].startswith("a: accepted -> rejected")
+    assert said[1].startswith("b: speed slower: 1.00x [0.95, 1.05]") and len(said) == 2  # c moved within the noise
+    assert scoreboard.changes(a, a) == []
+
+
+# -- grading a folder: bad input, resuming (a stand-in grader) -------------------------------------------
+
+
+def test_bad_input_gets_a_named_verdict_each_and_the_run_goes_on(tmp_path, stand_in):
+    fixes = fixes_folder(tmp_path / "fixes", {"embedding_oob": "accept", "codebook_oob": "die", "autocast_device": "usage", "backward_twice": "hang", "nosuch": "accept"})
+    (fixes / "fix_class_weight_index.py").write_text("def fix(x) return x\n")
+    fixes_folder(fixes / "copy", {"inplace_modified": "accept"})
+    fixes_folder(fixes / "again", {"inplace_modified": "reject"})
+    code, output = stand_in("grade", str(fixes), "--out", str(tmp_path / "out"), "--wall-s", "5")
+    assert code == 0, output
+    got = board(tmp_path / "out")
+    status = {case: r["status"] for case, r in got["cases"].items()}
+    assert status == {
+        "autocast_device": "bad_submission", "backward_twice": "grader_timeout", "class_weight_index": "syntax_error", "codebook_oob": "grader_crashed",
+        "ddp_unused_parameters": "not_attempted", "embedding_oob": "accepted", "graph_kept_alive": "not_attempted", "inplace_modified": "duplicate",
+        "multigpu_segfault": "not_attempted", "target_out_of_bounds": "not_attempted",
+    }
+    assert "SIGSEGV" in got["cases"]["codebook_oob"]["verdict"] and "no function fix" in got["cases"]["autocast_device"]["verdict"]
+    assert got["cases"]["class_weight_index"]["verdict"].endswith("SyntaxError: expected ':'")
+    assert [entry["file"] for entry in got["unmatched_files"]] == [str(fixes / "fix_nosuch.py")]
+    assert got["summary"]["attempted"] == 6 and got["summary"]["accepted"] == 1
+    assert "| backward_twice | grader_timeout |" in (tmp_path / "out" / "scoreboard.md").read_text()
+    assert not stand_in_processes()
+
+
+def test_a_run_killed_half_way_ends_with_the_same_scoreboard_and_grades_nothing_twice(tmp_path, stand_in):
+    actions = {name: ("reject" if i % 3 == 0 else "accept") for i, name in enumerate(case_names()[:5])}
+    fixes = fixes_folder(tmp_path / "fixes", actions)
+    cases = ("--cases", ",".join(actions))
+    code, output = stand_in("grade", str(fixes), "--out", str(tmp_path / "whole"), *cases)
+    assert code == 0, output
+
+    out = tmp_path / "cut"
+    process = bench("grade", str(fixes), "--out", str(out), *cases, env={**os.environ, "BENCH_GRADER_S": "1.5"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # two grades done and a third under way: kill the bench there
+        events = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()] if (out / "log.jsonl").exists() else []
+        if sum(e["event"] == "done" for e in events) >= 2 and events[-1]["event"] == "start":
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+    cut_short = events[-1]["case"]
+    assert list((out / "running").glob("*.json")), "the grade under way left its marker"
+
+    code, output = finished(bench("grade", str(fixes), "--out", str(out), *cases))
+    assert code == 0, output
+    assert verdicts(out) == verdicts(tmp_path / "whole")
+    events = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    done = [e["case"] for e in events if e["event"] == "done"]
+    assert sorted(done) == sorted(actions), "every case graded to the end exactly once"
+    assert [e["case"] for e in events if e["event"] == "interrupted"] == [cut_short]
+    assert "graded before, kept" in output
+    assert not stand_in_processes(), "the killed run's grade was left running"
+
+
+def test_a_run_picks_up_only_with_the_same_settings_and_bad_usage_exits_2(tmp_path, stand_in):
+    fixes = fixes_folder(tmp_path / "fixes", {"embedding_oob": "accept"})
+    assert stand_in("grade", str(fixes), "--out", str(tmp_path / "out"), "--cases", "embedding_oob")[0] == 0
+    code, output = stand_in("grade", str(fixes), "--out", str(tmp_path / "out"), "--cases", "embedding_oob", "compile=inductor")
+    assert code == 2 and "holds a run with other settings" in output
+    for args in (("--cases", "nosuch"), ("device=tpu",), ("compile=fast",), ("phases=[fix]",), ("--jobs", "0")):
+        code, output = stand_in("grade", str(fixes), *args)
+        assert code == 2 and output.startswith("error: "), output
+    code, output = stand_in("grade", str(tmp_path / "missing"))
+    assert code == 2 and "not a folder" in output
+    code, output = stand_in("compare", str(fixes / "fix_embedding_oob.py"), str(fixes / "fix_embedding_oob.py"))
+    assert code == 2 and "two scoreboard.json files?" in output
+
+
+# -- reference runs: every case graded for real ---------------------------------------------------------------
+
+
+def reference_run(tmp_path, write_args, *grade_args):
+    fixes = tmp_path / "fixes"
+    if write_args:
+        assert finished(bench(*write_args, str(fixes), stand_in=False))[0] == 0
+    code, output = finished(bench("grade", str(fixes), "--out", str(tmp_path / "out"), *grade_args, stand_in=False), timeout=3600)
+    assert code == 0, output
+    return board(tmp_path / "out")
+
+
+@pytest.mark.slow
+def test_the_cases_own_fixes_are_all_accepted(tmp_path):
+    got = reference_run(tmp_path, ("solutions",))
+    assert got["summary"]["accepted"] == got["summary"]["tasks"] == len(case_names()), scoreboard.markdown(got)
+
+
+@pytest.mark.slow
+def test_the_alternatives_are_all_accepted(tmp_path):
+    got = reference_run(tmp_path, ("split", str(ROOT / "tests" / "fixes" / "alternatives.py")))
+    assert got["summary"]["accepted"] == got["summary"]["tasks"] == len(case_names()), scoreboard.markdown(got)
+
+
+@pytest.mark.slow
+def test_the_starters_are_none_accepted(tmp_path):
+    tasks.write_tasks(tmp_path / "fixes")
+    got = reference_run(tmp_path, None)
+    assert got["summary"]["attempted"] == len(case_names()) and got["summary"]["accepted"] == 0, scoreboard.markdown(got)
+    assert all(r["status"] == "rejected" for r in got["cases"].values()), scoreboard.markdown(got)
+
+
+def exploit_rounds(folder: Path) -> list[Path]:
+    """Every attack of tests/exploits placed as its case's fix, one attack per case a folder. Left out: those that
+    attack a budget the case does not set (their OVERRIDES give embedding_oob a memory budget; a bench grades
+    the case as it is, and tests/test_exploits.py grades them with it)."""
+    from tests.test_exploits import EXPLOITS, declared
+
+    rounds: list[dict[str, Path]] = []
+    for path in sorted(EXPLOITS.glob("*.py")):
+        spec = declared(path)
+        if any(override.startswith("+case.") for override in spec.get("OVERRIDES", [])):
+            continue
+        case = spec.get("CASE", "embedding_oob")
+        free = next((each for each in rounds if case not in each), None)
+        if free is None:
+            rounds.append(free := {})
+        free[case] = path
+    for number, each in enumerate(rounds):
+        for case, path in each.items():
+            (folder / f"round_{number:02d}").mkdir(parents=True, exist_ok=True)
+            (folder / f"round_{number:02d}" / f"fix_{case}.py").write_bytes(path.read_bytes())
+    return sorted(folder.iterdir())
+
+
+@pytest.mark.slow
+def test_no_attack_is_accepted(tmp_path):
+    accepted = []
+    for round_folder in exploit_rounds(tmp_path / "rounds"):
+        cases = ",".join(p.stem.removeprefix("fix_") for p in round_folder.glob("fix_*.py"))
+        code, output = finished(bench("grade", str(round_folder), "--cases", cases, "--timeout-s", "30", stand_in=False), timeout=1800)
+        assert code == 0, output
+        got = board(round_folder / "bench-cpu-off")
+        accepted += [f"{round_folder.name}/{case}" for case, r in got["cases"].items() if r["status"] == "accepted"]
+    assert not accepted
