@@ -2,7 +2,7 @@
 
 It takes the grader's arguments, and acts as the file it was given says in a comment, `# bench: <action>`:
 `accept` (default) writes an accepted record, `reject` a rejected one, `die` kills itself with SIGSEGV, `hang`
-sleeps past any limit, `usage` exits 2 as the harness does for a file it refuses. Each run first sleeps
+sleeps past any limit, `usage` exits 2 as the harness does for a file it refuses, `killbench` kills the bench. Each run first sleeps
 BENCH_GRADER_S seconds (default 0.5) with a child beside it, as a real grade has its fork server.
 """
 
@@ -23,6 +23,9 @@ def main(argv: list[str]) -> int:
     action = (re.search(r"# bench: (\w+)", source) or re.match("(accept)", "accept")).group(1)
     helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)  # bench_grader helper"])
     time.sleep(float(os.environ.get("BENCH_GRADER_S", "0.5")))
+    if action == "killbench":
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(600)
     if action == "die":
         os.kill(os.getpid(), signal.SIGSEGV)
     if action == "hang":

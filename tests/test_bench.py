@@ -195,6 +195,20 @@ def test_a_run_killed_half_way_ends_with_the_same_scoreboard_and_grades_nothing_
     assert not stand_in_processes(), "the killed run's grade was left running"
 
 
+def test_a_file_that_kills_the_bench_twice_is_not_graded_a_third_time(tmp_path):
+    fixes = fixes_folder(tmp_path / "fixes", {"embedding_oob": "killbench", "codebook_oob": "accept"})
+    command = ("grade", str(fixes), "--out", str(tmp_path / "out"), "--cases", "codebook_oob,embedding_oob")
+    for _ in range(2):
+        code, output = finished(bench(*command))
+        assert code == -signal.SIGKILL, output
+    code, output = finished(bench(*command))
+    assert code == 0, output
+    got = board(tmp_path / "out")["cases"]
+    assert got["codebook_oob"]["status"] == "accepted"
+    assert got["embedding_oob"]["status"] == "grader_crashed" and "killed 2 times" in got["embedding_oob"]["verdict"]
+    assert not stand_in_processes()
+
+
 def test_a_run_picks_up_only_with_the_same_settings_and_bad_usage_exits_2(tmp_path, stand_in):
     fixes = fixes_folder(tmp_path / "fixes", {"embedding_oob": "accept"})
     assert stand_in("grade", str(fixes), "--out", str(tmp_path / "out"), "--cases", "embedding_oob")[0] == 0

@@ -5,7 +5,8 @@ stops or hangs its grader costs that case a named verdict and nothing else. What
 written to OUT/cases/<case>.json (atomically) before the next starts; a grade in progress has a marker in
 OUT/running/. A run started again over the same OUT reads the finished cases back (grading none of them
 twice, unless its file changed since), kills what an interrupted grade left running (its marker names the
-session), and grades the rest. OUT/log.jsonl says when each grade started and ended.
+session), and grades the rest. A file under grade each time a run died (INTERRUPTIONS times) is not graded again:
+it may be what kills the run, which shares its user. OUT/log.jsonl says when each grade started and ended.
 
 Parallel grades each get a slice of the CPUs of their own (`sched_setaffinity`), never shared, so that one
 grade's work cannot land on the cores another grade is timing on; on CUDA grades run one at a time (one
@@ -35,6 +36,7 @@ from typing import Any, Callable, Iterator
 from harness.cases import ROOT
 from harness.grading.confine import start_ticks
 
+INTERRUPTIONS = 2  # runs killed while grading one file, after which it is not graded again (it may be what kills them)
 CPUS_PER_GRADE = 2  # a grade's timing child runs single-threaded beside the parent that reads its clock and CPU time
 GRADE_WALL_S = 3600.0  # the grader's own per-phase timeouts (timeout_s) end a hang well before this
 GRADER = ("-m", "harness")  # what grades one file: `python -m harness case=<case> fix=<file>:fix ...`
@@ -138,25 +140,29 @@ class Run:
         with self._log_lock, open(self.out / "log.jsonl", "a") as log:
             log.write(json.dumps({"at": round(time.time(), 3), **event}) + "\n")
 
+    def interruptions(self, case: str, sha256: str) -> int:
+        return sum(e["event"] == "interrupted" and e["case"] == case and e.get("sha256") == sha256 for e in self.events())
+
     def events(self) -> list[dict[str, Any]]:
         path = self.out / "log.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
-    def clear_interrupted(self) -> list[str]:
-        """Kill what grades cut short by a killed bench left running (by their session), forget their markers."""
+    def clear_interrupted(self, event: str = "interrupted") -> list[str]:
+        """Kill what grades cut short left running (by their session), forget their markers; log `event` for each:
+        `interrupted` where a run died under them (counted: INTERRUPTIONS), `stopped` where it was stopped (Ctrl-C)."""
         cleared = []
         for marker in sorted((self.out / "running").glob("*.json")):
             said = json.loads(marker.read_text() or "{}")
             killed = kill_session(int(said.get("pid", 0)), int(said.get("start_ticks", 0)))
-            self.log(case=said.get("case", marker.stem), event="interrupted", killed=killed)
+            self.log(case=said.get("case", marker.stem), event=event, sha256=said.get("sha256"), killed=killed)
             cleared.append(marker.stem)
             marker.unlink()
         return cleared
 
     @contextlib.contextmanager
-    def running(self, case: str, pid: int) -> Iterator[None]:
+    def running(self, case: str, sha256: str, pid: int) -> Iterator[None]:
         marker = self.out / "running" / f"{case}.json"
-        _write_atomically(marker, json.dumps({"case": case, "pid": pid, "start_ticks": start_ticks(pid)}))
+        _write_atomically(marker, json.dumps({"case": case, "sha256": sha256, "pid": pid, "start_ticks": start_ticks(pid)}))
         try:
             yield
         finally:
@@ -202,7 +208,7 @@ def grade_one(case: str, path: Path, out: Path, settings: Settings, cpus: list[i
     started = time.monotonic()
     with open(folder / "grade.log", "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder, env=_grader_environment())
-        with run.running(case, process.pid):
+        with run.running(case, sha256, process.pid):
             run.log(case=case, event="start", pid=process.pid, file=str(path), sha256=sha256)
             try:
                 code: int | None = process.wait(timeout=settings.wall_s)
@@ -301,6 +307,11 @@ def grade_all(
             results[case] = kept
             on_result(kept, True)
             continue
+        elif (cut := run.interruptions(case, sha256_of(files[0]))) >= INTERRUPTIONS:
+            results[case] = CaseResult(
+                case, "grader_crashed", f"the bench itself was killed {cut} times while grading this file (by the file, or from outside): not graded again; a fresh --out grades it anew",
+                files=[str(files[0])], sha256=sha256_of(files[0]),
+            )
         else:
             todo.append((case, files[0]))
             continue
@@ -332,7 +343,7 @@ def grade_all(
     except BaseException:  # Ctrl-C, SIGTERM (raised by the CLI's handler), a bug: no grade outlives the run
         stopping.set()
         pool.shutdown(wait=False, cancel_futures=True)
-        run.clear_interrupted()
+        run.clear_interrupted("stopped")
         raise
     pool.shutdown()
     return {case: results[case] for case in cases}
