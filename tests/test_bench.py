@@ -145,6 +145,7 @@ def test_compare_names_verdict_flips_and_ratios_that_left_their_interval():
 def test_bad_input_gets_a_named_verdict_each_and_the_run_goes_on(tmp_path, stand_in):
     fixes = fixes_folder(tmp_path / "fixes", {"embedding_oob": "accept", "codebook_oob": "die", "autocast_device": "usage", "backward_twice": "hang", "nosuch": "accept"})
     (fixes / "fix_class_weight_index.py").write_text("def fix(x) return x\n")
+    (fixes / "fix_graph_kept_alive.py").write_bytes(b"def fix(x):\n    return x\0\n")
     fixes_folder(fixes / "copy", {"inplace_modified": "accept"})
     fixes_folder(fixes / "again", {"inplace_modified": "reject"})
     code, output = stand_in("grade", str(fixes), "--out", str(tmp_path / "out"), "--wall-s", "5")
@@ -153,13 +154,13 @@ def test_bad_input_gets_a_named_verdict_each_and_the_run_goes_on(tmp_path, stand
     status = {case: r["status"] for case, r in got["cases"].items()}
     assert status == {
         "autocast_device": "bad_submission", "backward_twice": "grader_timeout", "class_weight_index": "syntax_error", "codebook_oob": "grader_crashed",
-        "ddp_unused_parameters": "not_attempted", "embedding_oob": "accepted", "graph_kept_alive": "not_attempted", "inplace_modified": "duplicate",
+        "ddp_unused_parameters": "not_attempted", "embedding_oob": "accepted", "graph_kept_alive": "syntax_error", "inplace_modified": "duplicate",
         "multigpu_segfault": "not_attempted", "target_out_of_bounds": "not_attempted",
     }
     assert "SIGSEGV" in got["cases"]["codebook_oob"]["verdict"] and "no function fix" in got["cases"]["autocast_device"]["verdict"]
     assert got["cases"]["class_weight_index"]["verdict"].endswith("SyntaxError: expected ':'")
     assert [entry["file"] for entry in got["unmatched_files"]] == [str(fixes / "fix_nosuch.py")]
-    assert got["summary"]["attempted"] == 6 and got["summary"]["accepted"] == 1
+    assert got["summary"]["attempted"] == 7 and got["summary"]["accepted"] == 1
     assert "| backward_twice | grader_timeout |" in (tmp_path / "out" / "scoreboard.md").read_text()
     assert not stand_in_processes()
 
@@ -288,3 +289,35 @@ def test_no_attack_is_accepted(tmp_path):
         got = board(round_folder / "bench-cpu-off")
         accepted += [f"{round_folder.name}/{case}" for case, r in got["cases"].items() if r["status"] == "accepted"]
     assert not accepted
+
+
+KILLS_ITS_GRADER = '''import os, signal
+
+def _grader():
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            if b"harness\\0case=" in cmdline.read():
+                return pid
+        with open(f"/proc/{pid}/stat") as stat:
+            pid = int(stat.read().rpartition(")")[2].split()[1])
+
+os.kill(_grader(), signal.SIGKILL)
+
+def fix(x):
+    return x
+'''
+
+
+@pytest.mark.slow
+def test_a_file_that_kills_or_hangs_its_grader_gets_a_named_verdict(tmp_path):
+    fixes = tmp_path / "fixes"
+    fixes.mkdir()
+    (fixes / "fix_embedding_oob.py").write_text(KILLS_ITS_GRADER)
+    (fixes / "fix_class_weight_index.py").write_text("import time\n\ntime.sleep(3600)\n\n\ndef fix(x):\n    return x\n")
+    args = ("--cases", "embedding_oob,class_weight_index", "--timeout-s", "20", "--wall-s", "300")
+    code, output = finished(bench("grade", str(fixes), "--out", str(tmp_path / "out"), *args, stand_in=False), timeout=900)
+    assert code == 0, output
+    got = board(tmp_path / "out")["cases"]
+    assert got["embedding_oob"]["status"] == "grader_crashed" and "SIGKILL" in got["embedding_oob"]["verdict"], got["embedding_oob"]
+    assert got["class_weight_index"]["status"] == "rejected" and got["class_weight_index"]["first_failing"] == "fix: timeout", got["class_weight_index"]

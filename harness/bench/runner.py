@@ -109,6 +109,14 @@ def cpu_slices(jobs: int) -> list[list[int]]:
     return [cpus[i * size : (i + 1) * size] for i in range(jobs)]
 
 
+def _unreadable(path: Path) -> str | None:
+    try:
+        path.read_bytes()
+    except OSError as error:
+        return error.strerror or type(error).__name__
+    return None
+
+
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -197,6 +205,8 @@ def grade_one(case: str, path: Path, out: Path, settings: Settings, cpus: list[i
         compile(path.read_bytes(), str(path), "exec")
     except SyntaxError as error:
         return dataclasses.replace(base, status="syntax_error", verdict=f"{path.name}:{error.lineno}: SyntaxError: {error.msg}", seconds=0.0)
+    except ValueError as error:  # null bytes (a SyntaxError from Python 3.12)
+        return dataclasses.replace(base, status="syntax_error", verdict=f"{path.name}: {error}", seconds=0.0)
     folder = out / "grades" / case
     if folder.exists():  # what a grade cut short had written: this grade starts clean
         shutil.rmtree(folder, ignore_errors=True)
@@ -303,6 +313,8 @@ def grade_all(
             results[case] = CaseResult(case, "not_attempted", "no fix_<case>.py for this case")
         elif len(files) > 1:
             results[case] = CaseResult(case, "duplicate", f"{len(files)} files for one case, none graded: {', '.join(map(str, files))}", files=list(map(str, files)))
+        elif (unreadable := _unreadable(files[0])) is not None:
+            results[case] = CaseResult(case, "bad_submission", f"{files[0]}: cannot be read: {unreadable}", files=[str(files[0])])
         elif (kept := run.finished(case)) is not None and kept.sha256 == sha256_of(files[0]) and kept.files == [str(files[0])]:
             results[case] = kept
             on_result(kept, True)

@@ -94,7 +94,7 @@ def _memory_text(memory: dict | None) -> str:
     if not memory:
         return ""
     growth = memory.get("growth_fraction")
-    return f"{memory['status']}" + (f", growth {growth:.2f} of the baseline's" if growth is not None else "")
+    return f"{memory['status']}" + (f", excess growth {round(growth, 2) + 0.0:.2f} of the baseline's peak a step" if growth is not None else "")
 
 
 def _percent(value: float | None) -> str:
