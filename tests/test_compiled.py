@@ -74,6 +74,7 @@ def test_compiled_children_generate_kernels_for_the_speed_phase_s_threads():
     assert "kernel_threads" not in compile_axis.as_users_run_it(compile_axis.case_config(case_cfg, "inductor", 1))  # reproduce
 
 
+@pytest.mark.slow  # two cold inductor compiles (30-38 s); the config it relies on is checked above, fast
 def test_a_kernel_compiled_at_one_torch_thread_count_serves_another_once_kernel_threads_are_set(tmp_path):
     # A phase's child runs torch at the machine's threads, a timing child at speed.cpu_threads: with the count
     # left to torch, the timing child missed every kernel the fix phase had compiled (a grade's SNAC decoder: twice cold).
@@ -185,7 +186,7 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("run", ["compiled", "eager"])
+@pytest.mark.parametrize("run", [pytest.param("compiled", marks=pytest.mark.slow), "eager"])  # compiled: imports inductor cold (5-14 s)
 def test_the_fork_server_of_a_compiled_run_holds_the_compiler_imported_and_probed_but_nothing_compiled(run, tmp_path):
     import ast
     import subprocess

@@ -121,6 +121,7 @@ def test_new_speed_verdicts_draw_their_interval_and_cuda_records_replace_not_yet
     assert before.shape != after.shape or not np.array_equal(before, after)
 
 
+@pytest.mark.slow  # writes every case's material five times (11-13 s); test_committed_pages_notebooks_and_figures_are_in_sync runs --check's comparison fast
 def test_check_names_each_stale_file_and_exits_1(tmp_path, generated, capsys):
     out = tmp_path / "cases"
     assert main(["--out", str(out)]) == 0
