@@ -155,17 +155,14 @@ class Run:
         path = self.out / "log.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
-    def clear_interrupted(self, event: str = "interrupted") -> list[str]:
+    def clear_interrupted(self, event: str = "interrupted") -> None:
         """Kill what grades cut short left running (by their session), forget their markers; log `event` for each:
         `interrupted` where a run died under them (counted: INTERRUPTIONS), `stopped` where it was stopped (Ctrl-C)."""
-        cleared = []
         for marker in sorted((self.out / "running").glob("*.json")):
             said = json.loads(marker.read_text() or "{}")
             killed = kill_session(int(said.get("pid", 0)), int(said.get("start_ticks", 0)))
             self.log(case=said.get("case", marker.stem), event=event, sha256=said.get("sha256"), killed=killed)
-            cleared.append(marker.stem)
             marker.unlink()
-        return cleared
 
     @contextlib.contextmanager
     def running(self, case: str, sha256: str, pid: int) -> Iterator[None]:
@@ -178,8 +175,8 @@ class Run:
 
 
 def kill_session(leader: int, leader_ticks: int) -> int:
-    """SIGKILL every process of the session `leader` started, that started no earlier than it (a pid reused since
-    belongs to a younger process only if it leads no session of ours). The number killed."""
+    """SIGKILL every process in the session `leader` started that started no earlier than the leader did (so a
+    process that merely reuses an old pid is spared); the number killed."""
     if leader <= 0:
         return 0
     killed = 0
