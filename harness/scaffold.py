@@ -41,8 +41,8 @@ def problem(name: str, root: Path = ROOT) -> str | None:
     """Why `name` cannot be a new case, or None."""
     if not NAME.fullmatch(name) or keyword.iskeyword(name):
         return f"{name!r} is not a case name: use a lowercase Python identifier (letters, digits, _; starting with a letter)"
-    taken = [path.relative_to(root) for path in (root / "cases" / f"{name}.py", root / "conf" / "case" / f"{name}.yaml",
-                                                 root / "tests" / "triage_logs" / name, root / "tests" / "triage_logs_heldout" / name) if path.exists()]
+    written = paths(name, root).values()
+    taken = [path.relative_to(root) for path in (p.parent if p.name == "README.md" else p for p in written) if path.exists()]  # a log folder, not its README
     if taken:
         return f"case {name!r} exists already ({', '.join(map(str, taken))}): nothing written"
     return None
@@ -63,9 +63,12 @@ def scaffold(name: str, root: Path = ROOT) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0] in ("-h", "--help"):
-        print(f"usage: {USAGE}", file=sys.stderr if argv[:1] not in (["-h"], ["--help"]) else sys.stdout)
-        return EXIT_OK if argv[:1] in (["-h"], ["--help"]) else EXIT_USAGE
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"usage: {USAGE}")
+        return EXIT_OK
+    if len(argv) != 1:
+        print(f"usage: {USAGE}", file=sys.stderr)
+        return EXIT_USAGE
     name = argv[0]
     try:
         written = scaffold(name)

@@ -9,15 +9,15 @@ import os
 import platform
 import signal
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from harness.bench import scoreboard as boards
-from harness.bench.runner import GRADE_WALL_S, CaseResult, Settings, default_jobs, discover, grade_all
+from harness.bench.runner import GRADE_WALL_S, CaseResult, Settings, default_jobs, discover, grade_all, write_atomically
 from harness.bench.tasks import FORMAT, set_hash, submission_name, write_tasks
 from harness.cases import case_names, load_case
 from harness.compiled import MODES
+from harness.records import host_environment, now
 
 EXIT_OK, EXIT_CHANGED, EXIT_USAGE = 0, 1, 2
 DEVICES = ("cpu", "cuda")
@@ -119,7 +119,7 @@ def _grade(args: argparse.Namespace, rest: list[str]) -> int:
         "settings": {"device": settings.device, "compile": settings.compile, "timeout_s": settings.timeout_s},
     }
     _check_same_run(out, meta)
-    meta |= {"jobs": jobs, "environment": _environment(), "started_at": _now(), "finished_at": None}
+    meta |= {"jobs": jobs, "environment": _environment(), "started_at": now(), "finished_at": None}
     print(f"grading {sum(len(files) for files in submissions.values())} files for {len(cases)} tasks into {out} ({jobs} at a time)", flush=True)
     for path in unmatched:
         print(f"  {path}: names no case (unknown_case)", flush=True)
@@ -141,7 +141,7 @@ def _grade(args: argparse.Namespace, rest: list[str]) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-    meta["finished_at"] = _now()
+    meta["finished_at"] = now()
     board = _write_board(out, results, unmatched, meta)
     print(boards.markdown(board))
     print(f"scoreboard: {out / 'scoreboard.json'} and {out / 'scoreboard.md'}")
@@ -167,17 +167,13 @@ def _check_same_run(out: Path, meta: dict[str, Any]) -> None:
 
 def _write_board(out: Path, results: dict[str, CaseResult], unmatched: list[Path], meta: dict[str, Any]) -> dict[str, Any]:
     board = boards.scoreboard(results, [str(path) for path in unmatched], meta)
-    for name, text in (("scoreboard.json", json.dumps(board, indent=2) + "\n"), ("scoreboard.md", boards.markdown(board))):
-        partial = out / f".{name}.partial"
-        partial.write_text(text)
-        os.replace(partial, out / name)
+    write_atomically(out / "scoreboard.json", json.dumps(board, indent=2) + "\n")
+    write_atomically(out / "scoreboard.md", boards.markdown(board))
     return board
 
 
 def _environment() -> dict[str, Any]:
     import torch
-
-    from harness.records import host_environment
 
     host = host_environment()
     return {
@@ -224,7 +220,3 @@ def _write_submissions(out: Path, sources: dict[str, str]) -> None:
     for name, source in sources.items():
         (out / submission_name(name)).write_text(source)
     print(f"wrote {len(sources)} submissions to {out}: {', '.join(sources)}")
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

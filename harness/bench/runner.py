@@ -109,12 +109,12 @@ def cpu_slices(jobs: int) -> list[list[int]]:
     return [cpus[i * size : (i + 1) * size] for i in range(jobs)]
 
 
-def _unreadable(path: Path) -> str | None:
+def _sha256_or_why(path: Path) -> tuple[str, str | None]:
+    """The file's sha256, or why it cannot be read."""
     try:
-        path.read_bytes()
+        return sha256_of(path), None
     except OSError as error:
-        return error.strerror or type(error).__name__
-    return None
+        return "", error.strerror or type(error).__name__
 
 
 def sha256_of(path: Path) -> str:
@@ -142,7 +142,7 @@ class Run:
         return CaseResult(**json.loads(path.read_text()))
 
     def keep(self, result: CaseResult) -> None:
-        _write_atomically(self.out / "cases" / f"{result.case}.json", json.dumps(dataclasses.asdict(result), indent=2) + "\n")
+        write_atomically(self.out / "cases" / f"{result.case}.json", json.dumps(dataclasses.asdict(result), indent=2) + "\n")
 
     def log(self, **event: Any) -> None:
         with self._log_lock, open(self.out / "log.jsonl", "a") as log:
@@ -167,7 +167,7 @@ class Run:
     @contextlib.contextmanager
     def running(self, case: str, sha256: str, pid: int) -> Iterator[None]:
         marker = self.out / "running" / f"{case}.json"
-        _write_atomically(marker, json.dumps({"case": case, "sha256": sha256, "pid": pid, "start_ticks": start_ticks(pid)}))
+        write_atomically(marker, json.dumps({"case": case, "sha256": sha256, "pid": pid, "start_ticks": start_ticks(pid)}))
         try:
             yield
         finally:
@@ -310,16 +310,16 @@ def grade_all(
             results[case] = CaseResult(case, "not_attempted", "no fix_<case>.py for this case")
         elif len(files) > 1:
             results[case] = CaseResult(case, "duplicate", f"{len(files)} files for one case, none graded: {', '.join(map(str, files))}", files=list(map(str, files)))
-        elif (unreadable := _unreadable(files[0])) is not None:
-            results[case] = CaseResult(case, "bad_submission", f"{files[0]}: cannot be read: {unreadable}", files=[str(files[0])])
-        elif (kept := run.finished(case)) is not None and kept.sha256 == sha256_of(files[0]) and kept.files == [str(files[0])]:
+        elif (sha256 := _sha256_or_why(files[0]))[1]:
+            results[case] = CaseResult(case, "bad_submission", f"{files[0]}: cannot be read: {sha256[1]}", files=[str(files[0])])
+        elif (kept := run.finished(case)) is not None and kept.sha256 == sha256[0] and kept.files == [str(files[0])]:
             results[case] = kept
             on_result(kept, True)
             continue
-        elif (cut := run.interruptions(case, sha256_of(files[0]))) >= INTERRUPTIONS:
+        elif (cut := run.interruptions(case, sha256[0])) >= INTERRUPTIONS:
             results[case] = CaseResult(
                 case, "grader_crashed", f"the bench itself was killed {cut} times while grading this file (by the file, or from outside): not graded again; a fresh --out grades it anew",
-                files=[str(files[0])], sha256=sha256_of(files[0]),
+                files=[str(files[0])], sha256=sha256[0],
             )
         else:
             todo.append((case, files[0]))
@@ -358,7 +358,7 @@ def grade_all(
     return {case: results[case] for case in cases}
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     temporary.write_text(text)
     os.replace(temporary, path)

@@ -40,6 +40,7 @@ def card(name: str) -> dict[str, Any]:
     speed = cfg.get("speed") or {}
     memory = cfg.get("memory") or {}
     inputs = getattr(getattr(case, "Inputs", None), "_fields", None)
+    memory_budget = _budget(memory, "grade_budget")
     return {
         "format": FORMAT,
         "case": name,
@@ -53,14 +54,14 @@ def card(name: str) -> dict[str, Any]:
             "function": f"{EXERCISE_FUNCTION}{inspect.signature(case.buggy)}",
             "takes": "the case's inputs, as the starter's `fix` does" + (f" (fields: {', '.join(inputs)})" if inputs else ""),
             "returns": "what the case's reference returns for those inputs: plain tensors, the same count, shapes, dtypes and device",
-            "checks": [*GRADED_PHASES[:-1], *(["memory"] if _budget(memory) else []), GRADED_PHASES[-1]],
+            "checks": [*GRADED_PHASES[:-1], *(["memory"] if memory_budget else []), GRADED_PHASES[-1]],
             "tolerance": {key: cfg[key] for key in ("tolerance", "compile_tolerance", "cuda_tolerance") if key in cfg},
             "speed_budget": {
                 "against": "the case's own fix, timed in processes of its own; the ratio's 95% interval must lie under the budget",
                 "eager": _budget(speed, "grade_budget"),
                 "compiled": _budget(speed, "compile_grade_budget", "grade_budget"),
             },
-            "memory_budget": _budget(memory, "grade_budget"),
+            "memory_budget": memory_budget,
         },
     }
 
