@@ -38,6 +38,9 @@ def leave_a_detached_process(command):
             os.execvp(command[0], command)
         os._exit(0)
     os.wait()
+    deadline = time.monotonic() + 10
+    while not running(" ".join(command)) and time.monotonic() < deadline:  # returned before its exec, it would be killed mid-exec, nameless
+        time.sleep(0.01)
 
 
 def running(command):

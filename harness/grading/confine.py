@@ -276,7 +276,17 @@ def describe_process(pid: int) -> str:
         session = os.getsid(pid)
     except OSError:
         return f"pid {pid}"
-    return f"pid {pid} (session {session}): {command[:120] or '?'}"
+    if not command:  # a zombie, or a process caught inside execve: its name is all there is
+        command = f"[{_process_name(pid)}]"
+    return f"pid {pid} (session {session}): {command[:120]}"
+
+
+def _process_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as comm:
+            return comm.read().strip() or "?"
+    except OSError:
+        return "?"
 
 
 def process_cpu_s(pid: int) -> float | None:
