@@ -77,28 +77,50 @@ REQUIRED_SECTIONS = ("Upstream", "Fidelity", "Symptom on CUDA", "Symptom on CPU"
 _SECTION_START = re.compile(r"^([A-Z][A-Za-z ]*?):(?:\s+|$)(.*)$")
 
 
+def _between(appears_in: str | None, fixed_in: str | None, torch_version: str) -> bool:
+    from torch.torch_version import TorchVersion  # here, not at the top: `python -m harness` imports this module before torch
+
+    version = TorchVersion(torch_version)
+    return (appears_in is None or version >= appears_in) and (fixed_in is None or version < fixed_in)
+
+
+def _range_text(appears_in: str | None, fixed_in: str | None) -> str:
+    if appears_in and fixed_in:
+        return f"from torch {appears_in} until {fixed_in}"
+    return f"from torch {appears_in} on" if appears_in else (f"before torch {fixed_in}" if fixed_in else "on every torch")
+
+
+class _Ranged:
+    """A symptom holds from torch `appears_in` (a release whose change made this code fail) until `fixed_in` (one
+    that made it valid again); outside that range the buggy code is expected to run clean. Both found by running it."""
+
+    appears_in: str | None
+    fixed_in: str | None
+
+    def expected_on(self, torch_version: str) -> bool:
+        """Whether the buggy code is expected to fail this way on this torch version."""
+        return _between(self.appears_in, self.fixed_in, torch_version)
+
+    def range_text(self) -> str:
+        return _range_text(self.appears_in, self.fixed_in)
+
+
 @dataclass(frozen=True)
-class Symptom:
+class Symptom(_Ranged):
     """How a failure looks on one device.
 
     `exception` is a class name that must appear in the raised exception's MRO
     (so "RuntimeError" also accepts torch's newer AcceleratorError); `message` is
     a regex searched in the exception text; `output`, when set, is a regex
     searched in what the process printed (CUDA prints device-side assertions
-    there, not in the exception). `fixed_in` records a torch release that made
-    the buggy code valid: from it on, running clean is the expected result.
+    there, not in the exception). `fixed_in` and `appears_in` as `_Ranged` says.
     """
 
     exception: str
     message: str
     output: str | None = None
     fixed_in: str | None = None  # torch version from which this code no longer fails (found by running it)
-
-    def expected_on(self, torch_version: str) -> bool:
-        """Whether the buggy code is expected to fail on this torch version."""
-        from torch.torch_version import TorchVersion  # here, not at the top: `python -m harness` imports this module before torch
-
-        return self.fixed_in is None or TorchVersion(torch_version) < self.fixed_in
+    appears_in: str | None = None  # torch version from which it fails
 
     def mismatches(self, failure: Failure, output: str) -> list[str]:
         """Why `failure` is not this symptom; empty when it is."""
@@ -113,7 +135,7 @@ class Symptom:
 
 
 @dataclass(frozen=True)
-class Growth:
+class Growth(_Ranged):
     """A failure that is memory growing step after step until the device runs out (no error where it is measured).
 
     The reproduce phase runs `buggy` for `memory.steps` steps on one inputs object (harness/memory.py) and
@@ -125,11 +147,72 @@ class Growth:
     at_least: float
     oom: str | None = None
     fixed_in: str | None = None
+    appears_in: str | None = None
+
+
+@dataclass(frozen=True)
+class WrongResult(_Ranged):
+    """A failure that raises nothing: `buggy` returns, and its output (values, gradients, parameters after a step, a
+    loaded state dict: harness/compare.py's `training_outputs`) differs from `reference` beyond the case's tolerance.
+
+    `warning`, when set, is a regex searched in the warnings the buggy call issued ("Category: message", as
+    `warnings` formats them): the one sign a user sees (`Using a target size ... that is different to the input
+    size`); the reproduce record keeps every warning verbatim either way.
+    """
+
+    warning: str | None = None
+    fixed_in: str | None = None
+    appears_in: str | None = None
+
+
+@dataclass(frozen=True)
+class Warns(_Ranged):
+    """The buggy code runs and its result is right, but torch warns of what a later release will refuse (a
+    FutureWarning before the default changes): `warning` is a regex searched in "Category: message"."""
+
+    warning: str
+    fixed_in: str | None = None
+    appears_in: str | None = None
+
+
+AnySymptom = Symptom | Growth | WrongResult | Warns
+
+
+class Versions:
+    """A failure that changes across torch releases: each symptom holds over its own range (`appears_in`,
+    `fixed_in`), e.g. silence, then a FutureWarning from 2.4, then an error from 2.6. Outside every range
+    the buggy code is expected to run clean; `on` picks the symptom for a torch version."""
+
+    def __init__(self, *symptoms: AnySymptom) -> None:
+        if not symptoms:
+            raise ValueError("Versions needs at least one symptom")
+        self.symptoms = symptoms
+
+    def on(self, torch_version: str) -> AnySymptom | None:
+        return next((symptom for symptom in self.symptoms if symptom.expected_on(torch_version)), None)
 
     def expected_on(self, torch_version: str) -> bool:
-        from torch.torch_version import TorchVersion
+        return self.on(torch_version) is not None
 
-        return self.fixed_in is None or TorchVersion(torch_version) < self.fixed_in
+    def range_text(self) -> str:
+        return "; ".join(f"{type(symptom).__name__} {symptom.range_text()}" for symptom in self.symptoms)
+
+    def __repr__(self) -> str:
+        return f"Versions{self.symptoms!r}"
+
+
+def symptom_on(symptom: AnySymptom | Versions, torch_version: str) -> AnySymptom:
+    """The symptom to judge a run on this torch version by: a `Versions`' member for it, else (none applies,
+    so a clean run is expected) the member nearest in time, whose `expected_on` then says False."""
+    if not isinstance(symptom, Versions):
+        return symptom
+    chosen = symptom.on(torch_version)
+    if chosen is not None:
+        return chosen
+    from torch.torch_version import TorchVersion
+
+    before = [s for s in symptom.symptoms if s.appears_in and TorchVersion(torch_version) < s.appears_in]
+    return min(before, key=lambda s: TorchVersion(s.appears_in)) if before else symptom.symptoms[-1]
 
 
 @dataclass(frozen=True)

@@ -12,63 +12,102 @@ from torch import nn
 
 
 def flatten_tensors(output: Any) -> list[torch.Tensor]:
-    """The tensors in a tensor, tuple, list or dict, in a fixed order."""
-    if isinstance(output, torch.Tensor):
-        return [output]
+    """The tensors in a tensor, tuple, list or dict, in a fixed order; a None (a gradient never computed) is left out."""
+    return [tensor for _, tensor in named_tensors(output) if tensor is not None]
+
+
+def named_tensors(output: Any, path: str = "output") -> list[tuple[str, torch.Tensor | None]]:
+    """Each tensor in `output` by its path (`output['grad']['0.weight']`), dict keys sorted; None kept as None."""
+    if output is None or isinstance(output, torch.Tensor):
+        return [(path, output)]
     if isinstance(output, dict):
-        return [t for key in sorted(output) for t in flatten_tensors(output[key])]
+        return [item for key in sorted(output, key=str) for item in named_tensors(output[key], f"{path}[{key!r}]")]
     if isinstance(output, (tuple, list)):
-        return [t for item in output for t in flatten_tensors(item)]
+        names = getattr(output, "_fields", None) or [f"[{index}]" for index in range(len(output))]
+        return [item for name, value in zip(names, output) for item in named_tensors(value, f"{path}.{name}".replace(".[", "["))]
     raise TypeError(f"cannot compare outputs of type {type(output).__name__}")
+
+
+def training_outputs(module: nn.Module, loss: torch.Tensor | None = None, *, gradients: bool = True, parameters: bool = False) -> dict[str, Any]:
+    """What a training step leaves, to compare with a reference step: the loss, every parameter's gradient by name
+    (None where none was computed: a silently missing gradient shows as one), and the parameters after the step."""
+    named = dict(module.named_parameters())
+    out: dict[str, Any] = {} if loss is None else {"loss": loss.detach()}
+    if gradients:
+        out["grad"] = {name: None if p.grad is None else p.grad.detach() for name, p in named.items()}
+    if parameters:
+        out["param"] = {name: p.detach() for name, p in named.items()}
+    return out
 
 
 def describe(output: Any) -> str:
     """Shapes and dtypes of the tensors in `output`; a submitted fix may return anything else."""
     try:
-        flatten_tensors(output)
+        named = named_tensors(output)
     except TypeError:
         return f"{type(output).__name__}, not tensors"
-    return ", ".join(f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in flatten_tensors(output))
+    return ", ".join("None" if t is None else f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for _, t in named)
+
+
+MAX_NAMED = 8  # outputs named in `differing`
 
 
 def compare(got: Any, want: Any, *, atol: float, rtol: float) -> dict[str, Any]:
     """Figures of how far `got` is from `want`; `match` says whether it is within tolerance.
 
-    Integer and bool tensors (indices, codes) must be equal; floating tensors
-    must satisfy |got - want| <= atol + rtol * |want| elementwise.
+    Integer and bool tensors (indices, codes, a class map) must be equal; floating tensors
+    must satisfy |got - want| <= atol + rtol * |want| elementwise; a None (a gradient never
+    computed) matches only a None.
     `max_abs_diff`, `relative_error` (||got - want|| / ||want||) and `snr_db`
-    (the same as a signal-to-noise ratio) are over the floating tensors.
+    (the same as a signal-to-noise ratio) are over the floating tensors; `differing` names the
+    outputs that differ (by path), each with its own figures.
     """
-    got_tensors, want_tensors = flatten_tensors(got), flatten_tensors(want)
-    if len(got_tensors) != len(want_tensors):
-        return {"match": False, "reason": f"{len(got_tensors)} tensors, reference has {len(want_tensors)}"}
-    for g, w in zip(got_tensors, want_tensors):
-        if g.shape != w.shape:
-            return {"match": False, "reason": f"shape {tuple(g.shape)}, reference {tuple(w.shape)}"}
+    got_named, want_named = named_tensors(got), named_tensors(want)
+    if len(got_named) != len(want_named):
+        return {"match": False, "reason": f"{len(got_named)} outputs, reference has {len(want_named)}"}
+    for (path, g), (_, w) in zip(got_named, want_named):
+        if (g is None) != (w is None):
+            missing = sum((a is None) != (b is None) for (_, a), (_, b) in zip(got_named, want_named))
+            return {"match": False, "reason": f"{path} is {'None' if g is None else 'a tensor'} where the reference has {'a tensor' if g is None else 'None'} ({missing} such)", "missing": missing}
+        if g is not None and g.shape != w.shape:
+            return {"match": False, "reason": f"{path}: shape {tuple(g.shape)}, reference {tuple(w.shape)}"}
 
     counts = {"integers": 0, "mismatched_integers": 0, "floats": 0, "mismatched_floats": 0}
     max_abs_diff = 0.0
     error_sq = reference_sq = 0.0
-    for g, w in zip(got_tensors, want_tensors):
+    differing: list[dict[str, Any]] = []
+    for (path, g), (_, w) in zip(got_named, want_named):
+        if w is None:
+            continue
         g, w = g.detach().cpu(), w.detach().cpu()
         if w.is_floating_point() or w.is_complex():
             g, w = g.double(), w.double()
             diff = (g - w).nan_to_num(nan=math.inf)
-            if diff.numel():
-                max_abs_diff = max(max_abs_diff, float(diff.abs().max()))
+            this_max = float(diff.abs().max()) if diff.numel() else 0.0
+            max_abs_diff = max(max_abs_diff, this_max)
             error_sq += float(diff.pow(2).sum())
             reference_sq += float(w.pow(2).sum())
+            mismatched = int((~torch.isclose(g, w, atol=atol, rtol=rtol, equal_nan=True)).sum())
             counts["floats"] += w.numel()
-            counts["mismatched_floats"] += int((~torch.isclose(g, w, atol=atol, rtol=rtol, equal_nan=True)).sum())
+            counts["mismatched_floats"] += mismatched
+            if mismatched:
+                norm = float(w.norm())
+                differing.append({"output": path, "mismatched": mismatched, "of": w.numel(), "max_abs_diff": this_max, "relative_error": float(diff.norm()) / norm if norm else math.inf})
         else:
+            mismatched = int((g != w).sum())
             counts["integers"] += w.numel()
-            counts["mismatched_integers"] += int((g != w).sum())
+            counts["mismatched_integers"] += mismatched
+            if mismatched:
+                differing.append({"output": path, "mismatched": mismatched, "of": w.numel()})
 
     figures: dict[str, Any] = {"match": counts["mismatched_integers"] + counts["mismatched_floats"] == 0, **counts, "max_abs_diff": max_abs_diff}
     if reference_sq > 0:
         relative_error = math.sqrt(error_sq / reference_sq)
         figures["relative_error"] = relative_error
         figures["snr_db"] = math.inf if relative_error == 0 else -20 * math.log10(relative_error)
+    if differing:
+        figures["differing"] = differing[:MAX_NAMED]
+        figures["outputs_differing"] = len(differing)
     return figures
 
 

@@ -268,10 +268,13 @@ def _behaviour_key(record: Record) -> tuple[str, str | None]:
 
 
 def _symptom_text(record: Record) -> str | None:
-    """The reproduce error, or for a process a native error killed, its telling line (harness/compiled.py)."""
+    """The reproduce error, or for a process a native error killed, its telling line (harness/compiled.py); for a
+    failure that raises nothing (a wrong result, a warning), the warning that named it."""
     figures = record.figures.get("reproduce", {})
     if figures.get("error"):
         return figures["error"]
+    if figures.get("warning"):
+        return figures["warning"]
     if figures.get("native_message"):
         return record.messages.get("reproduce")
     return None

@@ -1,7 +1,9 @@
 """The five phases. Each runs its case code in an isolated child and classifies the result.
 
-    reproduce  run `buggy`; expect the device's symptom (or, from the symptom's `fixed_in` torch on, a clean run)
-               reproduced | not_reproduced | fixed_upstream | wrong_failure | crashed | timeout | error
+    reproduce  run `buggy`; expect the device's symptom on this torch (harness/cases.py: `symptom_on`; outside the
+               symptom's range of torch versions, `appears_in` to `fixed_in`, a clean run)
+               reproduced | not_reproduced | fixed_upstream | wrong_failure | crashed | timeout | error; a failure
+               that raises nothing: wrong_result (`WrongResult`: differs from `reference`) | warned (`Warns`)
     fix        run `fixed` on the same inputs; it must not raise
                passed | raised | crashed | timeout | error
     correct    compare `fixed` with `reference`
@@ -44,6 +46,7 @@ import secrets
 import signal
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -52,7 +55,7 @@ from typing import Any, Callable, Iterator
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness.cases import Growth, load_case
+from harness.cases import Growth, Warns, WrongResult, load_case, symptom_on
 from harness import compiled as compile_axis
 from harness.grading.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive, serve, stop
 from harness.compare import compare, describe
@@ -128,21 +131,24 @@ def confinement(cfg: DictConfig, settings: Settings) -> Limits | None:
 
 
 def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    if isinstance(case.symptoms[settings.device], Growth):
+    symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
+    if isinstance(symptom, Growth):
         return reproduce_growth(case, cfg, settings)
-    result = run_isolated(_reproduce_in_child, cfg, settings.device, timeout_s=settings.timeout_s)
+    result = run_isolated(_reproduce_in_child, cfg, settings.device, isinstance(symptom, (WrongResult, Warns)), timeout_s=settings.timeout_s)
+    if isinstance(symptom, (WrongResult, Warns)):
+        return reproduce_silent(symptom, cfg, result)
     if compile_axis.mode_of(cfg) != "off":
         return reproduce_compiled(case, cfg, settings, result)
     if result.status != "returned":
         return _abnormal("reproduce", result)
-    failure, context_after, _ = result.value
-    symptom = case.symptoms[settings.device]
+    failure, context_after, _, warned = result.value
     expected = symptom.expected_on(torch.__version__)
+    said = {"warnings": warned} if warned else {}
     if failure is None:
         if not expected:
-            return _record("reproduce", "fixed_upstream", True, f"buggy ran without error, as expected from torch {symptom.fixed_in} on", result)
-        return _record("reproduce", "not_reproduced", False, f"buggy ran without error on torch {torch.__version__}", result)
-    figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where, **failure.figures}
+            return _record("reproduce", "fixed_upstream", True, f"buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()})", result, said)
+        return _record("reproduce", "not_reproduced", False, f"buggy ran without error on torch {torch.__version__}", result, said)
+    figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where, **failure.figures, **said}
     figures.setdefault("traceback", failure.traceback)  # the frames tell cases with one error text apart (harness.triage)
     if symptom.output:
         figures["output_line"] = _first_matching_line(symptom.output, result.output)
@@ -152,11 +158,40 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
     if problems:
         return _record("reproduce", "wrong_failure", False, f"{failure.headline} ({'; '.join(problems)})", result, figures)
     if not expected:
-        return _record("reproduce", "reproduced", False, f"{failure.headline} (but torch >= {symptom.fixed_in} was recorded as not failing)", result, figures)
+        return _record("reproduce", "reproduced", False, f"{failure.headline} (but it was recorded as failing {symptom.range_text()})", result, figures)
     return _record("reproduce", "reproduced", True, failure.headline, result, figures)
 
 
-FAILURE_REPRODUCED = frozenset({"reproduced", "raised", "aborted", "silent"})  # eager's status, then the compiled outcomes
+def reproduce_silent(symptom: WrongResult | Warns, cfg: DictConfig, result: ChildResult) -> PhaseRecord:
+    """A failure that raises nothing, eager or compiled alike: `buggy`'s output against the reference (`WrongResult`:
+    wrong_result when it differs beyond the tolerance), or the warning it issued (`Warns`: warned).
+    Every warning the call issued is kept verbatim; an error is `wrong_failure`."""
+    if result.status != "returned":
+        return _abnormal("reproduce", result)
+    failure, _, compared, warned = result.value
+    expected = symptom.expected_on(torch.__version__)
+    figures: dict[str, Any] = {"warnings": warned, **(compared or {})}
+    if failure is not None:
+        figures.update(error=failure.headline, raised_at=failure.where, traceback=failure.traceback)
+        return _record("reproduce", "wrong_failure", False, f"{failure.headline} (expected it to return {'a wrong result' if isinstance(symptom, WrongResult) else 'with a warning'})", result, figures)
+    warning = next((line for line in warned if re.search(symptom.warning, line)), None) if symptom.warning else None
+    figures["warning"] = warning
+    if isinstance(symptom, Warns):
+        if warning is not None:
+            return _record("reproduce", "warned", expected, warning, result, figures)
+        return _record("reproduce", "fixed_upstream" if not expected else "not_reproduced", not expected, f"buggy ran without the warning /{symptom.warning}/ on torch {torch.__version__}", result, figures)
+    wrong = not compared["match"]
+    if wrong and (symptom.warning is None or warning is not None):
+        said = f"returned a wrong result: {_difference(compared)}" + (f"; warned {warning}" if warning else "")
+        return _record("reproduce", "wrong_result", expected, said, result, figures)
+    if wrong:
+        return _record("reproduce", "wrong_failure", False, f"returned a wrong result, without the warning /{symptom.warning}/: {_difference(compared)}", result, figures)
+    if not expected:
+        return _record("reproduce", "fixed_upstream", True, f"buggy returned the reference's output, as expected on torch {torch.__version__} (it fails {symptom.range_text()})", result, figures)
+    return _record("reproduce", "not_reproduced", False, f"buggy returned the reference's output {_tolerance(cfg)} on torch {torch.__version__}", result, figures)
+
+
+FAILURE_REPRODUCED = frozenset({"reproduced", "wrong_result", "warned", "raised", "aborted", "silent"})  # eager's statuses, then the compiled outcomes
 
 
 def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
@@ -171,7 +206,7 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
     not_reproduced  it returned the reference's output on a torch where the bug is expected
     """
     mode = compile_axis.mode_of(cfg)
-    symptom = case.symptoms[settings.device]
+    symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
     expected = symptom.expected_on(torch.__version__)
     if result.status == "signalled":
         native = compile_axis.native_message(result.output)
@@ -180,10 +215,10 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
         return _record("reproduce", "aborted", expected, f"{result.signal} under {mode}: {said}", result, figures)
     if result.status != "returned":
         return _abnormal("reproduce", result)
-    failure, context_after, silent = result.value
+    failure, context_after, silent, _ = result.value
     if failure is None:
         if not expected:
-            return _record("reproduce", "fixed_upstream", True, f"compiled buggy ran without error, as expected from torch {symptom.fixed_in} on", result)
+            return _record("reproduce", "fixed_upstream", True, f"compiled buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()})", result)
         if silent["match"]:
             return _record("reproduce", "not_reproduced", False, f"compiled buggy returned the reference's output on torch {torch.__version__}", result, silent)
         message = f"returned an output under {mode} where eager raises {symptom.exception}: {_difference(silent)}"
@@ -198,21 +233,26 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
     return _record("reproduce", "raised", expected, failure.headline + eager, result, figures)
 
 
-def _reproduce_in_child(cfg: DictConfig, device: str) -> tuple[Failure | None, str | None, dict | None]:
+def _reproduce_in_child(cfg: DictConfig, device: str, silent: bool) -> tuple[Failure | None, str | None, dict | None, list[str]]:
+    """`buggy` as a user's process runs it: how it failed, the unrelated op after a CUDA error, how its output
+    compares with the reference (where it returned compiled, or the failure is `silent`), and the warnings it issued."""
     case = load_case(cfg.name)
     cfg = compile_axis.as_users_run_it(cfg)  # the failure as a user's process shows it
     inputs = case.make_inputs(cfg, device)
-    output, failure = _call(_compiled(case.buggy, case, cfg), inputs, device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        output, failure = _call(_compiled(case.buggy, case, cfg), inputs, device)
+    warned = list(dict.fromkeys(f"{w.category.__name__}: {w.message}"[:1000] for w in caught))[:20]
     if failure is None:
-        if compile_axis.mode_of(cfg) == "off":
-            return None, None, None
-        want, _ = _call(case.reference, inputs, device)
-        return None, None, compare(output, want, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol)
+        if compile_axis.mode_of(cfg) == "off" and not silent:
+            return None, None, None, warned
+        want, _ = _call(case.reference, case.make_inputs(cfg, device), device)  # fresh: buggy may have advanced its inputs' state
+        return None, None, compare(output, want, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol), warned
     if device != "cuda":
-        return failure, None, None
+        return failure, None, None, warned
     # A device-side assert is sticky: an unrelated op in the same process fails too.
     _, after = _call(lambda _: torch.ones(4, device=device).add(1).sum().item(), None, device)
-    return failure, ("failed too: " + after.headline) if after else "ran fine", None
+    return failure, ("failed too: " + after.headline) if after else "ran fine", None, warned
 
 
 # -- fix and correct -----------------------------------------------------------------------
@@ -629,7 +669,7 @@ def memory_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings)
 def reproduce_growth(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     """A failure that is memory growing step after step (`Growth`): `buggy`'s retained memory per step, measured;
     reproduced when the slope's lower bound is at least `at_least` x the baseline's peak per step."""
-    symptom = case.symptoms[settings.device]
+    symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
     measured = _measure_pair("reproduce", "buggy", cfg, settings)
     if isinstance(measured, PhaseRecord):
         return measured
@@ -805,6 +845,9 @@ def _difference(figures: dict[str, Any]) -> str:
         parts.append(f"{figures['mismatched_floats']} of {figures['floats']} floats beyond tolerance, max |diff| {figures['max_abs_diff']:.3g}")
     if "snr_db" in figures:
         parts.append(f"relative error {figures['relative_error']:.3g} (SNR {figures['snr_db']:.1f} dB)")
+    if any(d["output"] != "output" for d in figures.get("differing", [])):  # a single tensor needs no name
+        named = ", ".join(d["output"].removeprefix("output") or "output" for d in figures["differing"][:4])
+        parts.append(f"in {named}" + (f" and {figures['outputs_differing'] - 4} more" if figures["outputs_differing"] > 4 else ""))
     return "; ".join(parts)
 
 

@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from harness.compare import compare, describe
+from harness.compare import compare, describe, training_outputs
 
 
 def test_integers_must_be_equal_floats_within_tolerance():
@@ -33,8 +33,36 @@ def test_equal_outputs_match_with_infinite_snr():
 
 
 def test_structure_mismatches_are_reasons_not_crashes():
-    assert compare(torch.zeros(2), (torch.zeros(2), torch.zeros(2)), atol=0, rtol=0)["reason"] == "1 tensors, reference has 2"
-    assert compare(torch.zeros(2), torch.zeros(3), atol=0, rtol=0)["reason"] == "shape (2,), reference (3,)"
+    assert compare(torch.zeros(2), (torch.zeros(2), torch.zeros(2)), atol=0, rtol=0)["reason"] == "1 outputs, reference has 2"
+    assert compare(torch.zeros(2), torch.zeros(3), atol=0, rtol=0)["reason"] == "output: shape (2,), reference (3,)"
+
+
+def test_a_gradient_left_none_is_named_and_only_none_matches_none():
+    want = {"loss": torch.tensor(1.0), "grad": {"a": torch.ones(2), "b": None}}
+    assert compare({"loss": torch.tensor(1.0), "grad": {"a": torch.ones(2), "b": None}}, want, atol=0, rtol=0)["match"]
+    missing = compare({"loss": torch.tensor(1.0), "grad": {"a": None, "b": None}}, want, atol=0, rtol=0)
+    assert not missing["match"] and missing["reason"] == "output['grad']['a'] is None where the reference has a tensor (1 such)"
+
+
+def test_the_outputs_that_differ_are_named_with_their_own_figures():
+    want = {"loss": torch.tensor(2.0), "labels": torch.tensor([0, 1, 2]), "grad": {"w": torch.ones(3)}}
+    got = {"loss": torch.tensor(2.0), "labels": torch.tensor([0, 1, 1]), "grad": {"w": torch.tensor([1.0, 1.0, 3.0])}}
+    figures = compare(got, want, atol=1e-6, rtol=1e-6)
+    assert not figures["match"] and figures["outputs_differing"] == 2
+    assert figures["differing"] == [
+        {"output": "output['grad']['w']", "mismatched": 1, "of": 3, "max_abs_diff": 2.0, "relative_error": 2.0 / 3 ** 0.5},
+        {"output": "output['labels']", "mismatched": 1, "of": 3},
+    ]
+
+
+def test_training_outputs_name_each_gradient_and_parameter():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 1), torch.nn.Linear(1, 1))
+    model[0].requires_grad_(False)
+    loss = model(torch.ones(1, 2)).sum()
+    loss.backward()
+    out = training_outputs(model, loss, parameters=True)
+    assert out["grad"]["0.weight"] is None and out["grad"]["1.weight"].shape == (1, 1)
+    assert sorted(out["param"]) == ["0.bias", "0.weight", "1.bias", "1.weight"] and out["loss"].requires_grad is False
 
 
 def test_describe():

@@ -118,6 +118,7 @@ def _record_log(record: dict) -> str:
     figures = reproduce["figures"]
     parts = [reproduce["message"], figures.get("error", ""), f"raised at {figures['raised_at']}" if "raised_at" in figures else ""]
     parts += [str(figures.get(key, "")) for key in ("traceback", "stack", "native_error", "output_line")]
+    parts += figures.get("warnings", [])
     return "\n".join(parts + [reproduce["output_tail"]])
 
 

@@ -65,7 +65,7 @@ from typing import Any, Iterator
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness.cases import REQUIRED_SECTIONS, ROOT, load_case
+from harness.cases import REQUIRED_SECTIONS, ROOT, load_case, symptom_on
 from harness.compare import compare, flatten_tensors, snapshot
 from harness.grading.confine import Limits
 from harness.isolate import ChildResult, run_isolated
@@ -446,9 +446,9 @@ def integrity(before: dict[str, bytes], record: CaseRecord) -> PhaseRecord:
 
 def _name_the_symptom(record: PhaseRecord, case: ModuleType, device: str) -> PhaseRecord:
     """A fix that still raises the case's own error says so: the bug is still there."""
-    symptom = case.symptoms[device]
+    symptom = symptom_on(case.symptoms[device], torch.__version__)
     raised = record.message.partition(":")[0]
-    if not hasattr(symptom, "exception"):  # a `Growth` symptom raises nothing
+    if not hasattr(symptom, "exception"):  # `Growth`, `WrongResult`, `Warns`: nothing raised
         return record
     if record.status == "raised" and (raised == symptom.exception or re.search(symptom.message, record.message)):
         return dataclasses.replace(record, message=f"{record.message} (the case's own symptom: the bug is still there)")
