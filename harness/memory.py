@@ -1,6 +1,6 @@
 """Memory per step: how much a function keeps from one call to the next, and how high it goes in each.
 
-The memory phase (harness/phases.py) builds a case's inputs once and calls the function under test on them
+The memory phase (harness/phases/) builds a case's inputs once and calls the function under test on them
 `steps` times in an isolated child; each call is one step, state carried in the inputs as in a training loop.
 The parent drives the steps (`drive_steps`, the child runs `serve_steps`): before each step the child
 reports what it holds, the parent reads the child's resident memory and resets its high-water mark; after

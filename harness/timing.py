@@ -105,7 +105,7 @@ def paired_samples(
     min_s: float = 0.0,
 ) -> PairedSamples:
     """`sample_pairs` in this process, timed by `perf_counter` (CUDA: events); the speed phase times its
-    children from the parent instead (harness/grading/clock.py)."""
+    children from the parent instead (harness/phases/clock.py)."""
     functions = {"candidate": candidate, "baseline": baseline}
 
     def block(side: str, calls: int, timed: bool) -> tuple[float, int]:
@@ -129,7 +129,7 @@ def sample_pairs(
     the samples have taken `min_s` seconds. `block(side, calls, timed)` runs `calls` calls of one side and
     says how long each took and how many minor page faults the block caused. `others`: more sides sampled
     with each pair, the order of all of them rotated from one pair to the next (the grader times a pristine
-    copy of the baseline so, harness/phases.py).
+    copy of the baseline so, harness/phases/).
 
     Load from other processes, clock drift and cache state fall on both sides of each pair. A sample is
     as many calls as last MIN_SAMPLE_S, counted by calling the baseline that long (one call's time alone

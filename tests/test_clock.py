@@ -1,6 +1,6 @@
-"""What the parent sees beside the samples (harness/grading/clock.py), judged on made-up timings."""
+"""What the parent sees beside the samples (harness/phases/clock.py), judged on made-up timings."""
 
-from harness.grading.clock import BlockTiming, TimedProcess, anomaly, clock_figures
+from harness.phases.clock import BlockTiming, TimedProcess, anomaly, clock_figures
 from harness.timing import PairedSamples
 
 

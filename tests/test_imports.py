@@ -53,3 +53,9 @@ def test_the_harness_imports_without_circles():
     graph = import_graph()
     assert "harness.grading.grade" in graph and "harness.phases" in graph["harness.grading.grade"]
     assert circles(graph) == []
+
+
+def test_each_phase_module_is_small_enough_to_read():
+    """The phases are a package of one module a phase (issue 36): none grows past 400 lines."""
+    sizes = {path.name: len(path.read_text().splitlines()) for path in (HARNESS / "phases").glob("*.py")}
+    assert sizes and all(lines <= 400 for lines in sizes.values()), sizes

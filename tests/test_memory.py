@@ -1,5 +1,5 @@
 """The memory source's exactness on known allocation patterns, the slope's interval, the verdict, and the memory
-phase on a case (harness/memory.py, harness/phases.py). Everything runs on CPU; the CUDA source is tested in
+phase on a case (harness/memory.py, harness/phases/). Everything runs on CPU; the CUDA source is tested in
 tests/test_cuda.py's way: skipped without a device."""
 
 import functools

@@ -3,8 +3,8 @@
     grade      the checks of a submitted fix (fix, correct, speed, memory, integrity), the verdict, hints, exercises
     submitted  loading the submitted file in a child, by path, behind tripwires; the process settings it changed
     confine    what a child that imports a submission may do (Landlock, limits, process counts)
-    clock      the speed phase's protocol: a child serves blocks of calls, the parent times them
 
-The import graph runs one way: `harness.phases` uses `clock`, `confine` and `submitted`; `grade` uses
-`harness.phases`; nothing here imports `grade`.
+The import graph runs one way: `harness.phases` uses `confine` and `submitted` (how a child holding a submission is
+loaded and held); `grade` uses `harness.phases`, and hands the phases a candidate; nothing here imports `grade`.
+The speed protocol the phases time with is the speed phase's own (harness/phases/clock.py).
 """

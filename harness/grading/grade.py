@@ -19,7 +19,7 @@ does not:
                            alone (`secrets`; recorded afterwards), in fresh processes: a remembered or
                            hard-coded result fails there.
     speed                  the submitted fix timed against the case's `fixed` (the model solution) on the
-                           parent's clock (harness/grading/clock.py), judged against `speed.grade_budget` where a case
+                           parent's clock (harness/phases/clock.py), judged against `speed.grade_budget` where a case
                            sets one, else `speed.budget`; then, first failure first:
                                timed_output_wrong         a timed output picked after its call differs from the
                                                           reference for its inputs (judged in a clean child)
@@ -69,7 +69,8 @@ from harness.cases import REQUIRED_SECTIONS, ROOT, load_case, symptom_on
 from harness.compare import compare, flatten_tensors, snapshot
 from harness.grading.confine import Limits
 from harness.isolate import ChildResult, run_isolated
-from harness.phases import Settings, _abnormal, _call, _compiled, _difference, _record, _tolerance, fix_under_test, memory_budget, speed_config
+from harness.phases import Settings, fix_under_test, memory_budget, speed_config
+from harness.phases.common import abnormal, call, compiled_for, difference, record_of, tolerance_text
 from harness.phases import run_phase as run_case_phase
 from harness.records import CaseRecord, PhaseRecord
 from harness.cases import global_names, reachable
@@ -165,7 +166,7 @@ def _not_imported(phase: str, result: ChildResult) -> Iterator[PhaseRecord]:
     what = f"importing it {result.summary}" + (f" ({said})" if said and not result.lost_server else "")
     for name in {"fix": ["fix"], "correct": ["correct", "correct:second_inputs"], "speed": ["speed"]}[phase]:
         message = what if name == "fix" else f"not run: {what} (the fix check)"
-        yield _record(name, status, False, message, result, {"import_check": result.status, **({"signal": result.signal} if result.signal else {})})
+        yield record_of(name, status, False, message, result, {"import_check": result.status, **({"signal": result.signal} if result.signal else {})})
 
 
 def _import_in_child(path: str, function: str) -> str | None:
@@ -235,30 +236,30 @@ def private_seed(published: int) -> int:
 def correct(case: ModuleType, cfg: DictConfig, settings: Settings, phase: str = "correct") -> PhaseRecord:
     ran = run_isolated(_run_submitted_in_child, cfg, settings.device, timeout_s=settings.timeout_s, confined=settings.limits)
     if ran.status != "returned":
-        return _abnormal(phase, ran)
+        return abnormal(phase, ran)
     sent, failure = ran.value
     if failure is not None:
-        return _record(phase, "raised", False, failure.headline, ran, {"raised_at": failure.where, "seed": cfg.seed})
+        return record_of(phase, "raised", False, failure.headline, ran, {"raised_at": failure.where, "seed": cfg.seed})
     if isinstance(sent, str):
-        return _record(phase, "wrong_output", False, sent, ran, {"seed": cfg.seed})
+        return record_of(phase, "wrong_output", False, sent, ran, {"seed": cfg.seed})
     judged = run_isolated(_judge_in_child, cfg, settings.device, sent, timeout_s=settings.timeout_s)
     if judged.status != "returned":
-        return _abnormal(phase, judged)
+        return abnormal(phase, judged)
     status, message, figures = judged.value
     if status == "passed":
-        message = "matches the reference " + _tolerance(cfg) + "; no output aliases an input; inputs unchanged"
+        message = "matches the reference " + tolerance_text(cfg) + "; no output aliases an input; inputs unchanged"
     elif status == "mismatch":
-        message = "differs from the reference: " + _difference(figures)
-    return _record(phase, status, status == "passed", message, ran, {**figures, "seed": cfg.seed})
+        message = "differs from the reference: " + difference(figures)
+    return record_of(phase, status, status == "passed", message, ran, {**figures, "seed": cfg.seed})
 
 
 def _run_submitted_in_child(cfg: DictConfig, device: str) -> tuple[bytes | str | None, Any]:
     """The only child that runs submitted code: its output and its inputs afterwards, as torch.save bytes."""
     save = torch.save  # bound before the submitted file is imported
     case = load_case(cfg.name)
-    function = _compiled(fix_under_test(case, cfg), case, cfg)  # under the run's compile mode, as every phase
+    function = compiled_for(fix_under_test(case, cfg), case, cfg)  # under the run's compile mode, as every phase
     inputs = case.make_inputs(cfg, device)
-    output, failure = _call(function, inputs, device)
+    output, failure = call(function, inputs, device)
     if failure is not None:
         return None, failure
     try:
@@ -278,7 +279,7 @@ def _judge_in_child(cfg: DictConfig, device: str, sent: bytes) -> tuple[str, str
     case = load_case(cfg.name)
     inputs = case.make_inputs(cfg, device)
     pristine = {path: value.clone() if isinstance(value, torch.Tensor) else value for path, value in snapshot(inputs).items()}
-    want, failure = _call(case.reference, inputs, device)
+    want, failure = call(case.reference, inputs, device)
     if failure is not None:
         raise RuntimeError(f"the reference itself failed: {failure.headline}")
     try:
@@ -340,7 +341,7 @@ def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    """The timed calls' outputs the parent kept (harness/grading/clock.py), against the reference for the same
+    """The timed calls' outputs the parent kept (harness/phases/clock.py), against the reference for the same
     inputs, computed in a clean child; a wrong one rejects the fix, whatever its speed."""
     kept = record.figures.pop("checked_outputs", None)
     check_dir = record.figures.pop("checked_dir", None)
@@ -354,7 +355,7 @@ def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings
         inputs = OmegaConf.select(cfg, f"speed.also.{also}.inputs") if also else None
         judged = run_isolated(_judge_timed_in_child, cfg, settings.device, inputs, kept, timeout_s=settings.timeout_s)
         if judged.status != "returned":
-            return _abnormal(record.phase, judged)
+            return abnormal(record.phase, judged)
         wrong, message = judged.value
         figures["timed_outputs_wrong"] = wrong
         if wrong:
@@ -373,7 +374,7 @@ def _judge_timed_in_child(cfg: DictConfig, device: str, inputs: Any, kept: list[
     wrong, first = 0, ""
     for seed in dict.fromkeys(entry["seed"] for entry in kept):
         seeded = OmegaConf.merge(speed_config(cfg, device, inputs), {"seed": seed})
-        want, failure = _call(case.reference, case.make_inputs(seeded, device), device)
+        want, failure = call(case.reference, case.make_inputs(seeded, device), device)
         if failure is not None:
             raise RuntimeError(f"the reference itself failed: {failure.headline}")
         replayed: dict[int, list] = {}  # stateful: per timing process, its inputs and how many calls of `fixed` they have had
@@ -383,7 +384,7 @@ def _judge_timed_in_child(cfg: DictConfig, device: str, inputs: Any, kept: list[
                 for _ in range(entry["step"] - state[1]):
                     case.fixed(state[0])
                 state[1] = entry["step"]
-                want, failure = _call(case.reference, state[0], device)
+                want, failure = call(case.reference, state[0], device)
                 if failure is not None:
                     raise RuntimeError(f"the reference itself failed: {failure.headline}")
             status, message = _judge_kept(entry["path"], flatten_tensors(want), cfg)
@@ -401,7 +402,7 @@ def _judge_kept(path: str, want: list, cfg: DictConfig) -> tuple[str, str]:
     except Exception as error:  # noqa: BLE001 - anything but plain tensors: a subclass, an object
         return "wrong_output", f"not plain tensors ({type(error).__name__})"
     status, message, figures = judge(got, want, {}, {}, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol)
-    return status, message or (_difference(figures) if status == "mismatch" else "")
+    return status, message or (difference(figures) if status == "mismatch" else "")
 
 
 # -- the project, untouched --------------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""The phases, a module each. Each runs its case code in an isolated child and classifies the result.
+
+    reproduce  run `buggy`; expect the device's symptom on this torch (harness/cases.py: `symptom_on`; outside the
+               symptom's range of torch versions, `appears_in` to `fixed_in`, a clean run)
+               reproduced | not_reproduced | fixed_upstream | wrong_failure | crashed | timeout | error; a failure
+               that raises nothing: wrong_result (`WrongResult`: differs from `reference`) | warned (`Warns`)
+    fix        run `fixed` on the same inputs; it must not raise
+               passed | raised | crashed | timeout | error
+    correct    compare `fixed` with `reference`
+               passed | mismatch | raised | crashed | timeout | error
+    speed      time `speed_candidate` (default `fixed`) against `speed_baseline`, on inputs made
+               from the case config with `speed.inputs`, then `speed.device_inputs.<device>`, merged
+               over it (`speed_config`), in several child processes; the
+               ratio's confidence interval against the budget (harness.timing)
+               within_budget | over_budget | inconclusive (ok, shown apart) | measured (no budget for this device)
+               | raised | crashed | timeout | error; grading: undecided in place of inconclusive (a rejection)
+    speed:NAME the same, against each other baseline the yaml names under `speed.also`
+    slow_fixes one record per slow fix, phase "slow_fix:<name>": a correct but slower fix, timed as `speed`
+               times the fix; the speed verdict must catch it
+               flagged (correct and over budget) | missed | no_budget | crashed | timeout | error
+    bad_fixes  one record per bad fix, phase "bad_fix:<name>"; each must be rejected
+               rejected (it raised, crashed, or differs from the reference) | accepted | timeout | error
+    memory     the fix's memory per step (`steps` calls on one inputs object) against `memory_baseline`
+               (default `speed_baseline`; grading: the case's `fixed`), each in its own child, judged against the yaml's `memory.budget`
+               (harness/memory.py); reproduce judges a `Growth` symptom the same way, on `buggy`
+               within_budget | over_budget | inconclusive (ok, shown apart) | measured (no budget) | not_applicable
+               | raised | crashed | timeout | error
+    memory_fixes one record per memory control, phase "memory_fix:<name>"; the memory verdict must flag it
+               flagged | missed | no_budget | raised | crashed | timeout | error
+
+"error" means the case itself broke (e.g. `make_inputs` raised): not a verdict on the bug.
+Children get the case by name (`cfg.name`) and import it from the fork server's preload.
+When a submitted fix is graded (harness/grading/grade.py), `fix_under_test` hands fix, correct and speed that
+fix instead of `fixed`, and speed times it against the case's own `fixed`.
+
+    common     settings, the case function a phase runs, calling case code in a child, the phase record
+    reproduce  reproduce;  correct  fix and correct;  speed  speed (its protocol: clock);  memory  memory;
+    controls   slow_fixes, bad_fixes, memory_fixes
+The modules import one way: common <- speed, memory <- reproduce, correct <- controls <- this package.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Iterator
+
+from omegaconf import DictConfig
+
+from harness.phases.common import FIXED, PHASES, Settings, SpeedSettings, fix_under_test
+from harness.phases.controls import bad_fix, memory_fix, slow_fix
+from harness.phases.correct import correct, fix
+from harness.phases.memory import memory, memory_budget, memory_config
+from harness.phases.reproduce import FAILURE_REPRODUCED, reproduce
+from harness.phases.speed import speed, speed_config
+from harness.records import PhaseRecord
+
+__all__ = ["FAILURE_REPRODUCED", "FIXED", "PHASES", "Settings", "SpeedSettings", "bad_fix", "correct", "fix", "fix_under_test", "memory", "memory_budget", "memory_config", "memory_fix", "reproduce", "run_phase", "slow_fix", "speed", "speed_config"]
+
+
+def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
+    """The phase's records, each yielded as soon as its child has finished."""
+    if phase == "bad_fixes":
+        for name in case.bad_fixes:
+            yield bad_fix(name, case, cfg, settings)
+    elif phase == "slow_fixes":
+        for name in getattr(case, "slow_fixes", {}):
+            yield slow_fix(name, case, cfg, settings)
+    elif phase == "speed":
+        yield from speed(case, cfg, settings)
+    elif phase == "memory":
+        yield memory(case, cfg, settings)
+    elif phase == "memory_fixes":
+        for name in getattr(case, "memory_fixes", {}):
+            yield memory_fix(name, case, cfg, settings)
+    else:
+        yield {"reproduce": reproduce, "fix": fix, "correct": correct}[phase](case, cfg, settings)

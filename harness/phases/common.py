@@ -1,0 +1,129 @@
+"""What every phase shares: its settings, the case function a phase runs (the submitted fix when grading), calling
+case code in a child, and the record a phase returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable
+
+from omegaconf import DictConfig
+
+from harness import compiled as compile_axis
+from harness import memory as memory_source
+from harness.grading.confine import Limits
+from harness.grading.submitted import load_submitted, submission_of
+from harness.isolate import ChildResult, Failure
+from harness.records import PhaseRecord
+from harness.timing import synchronize
+
+PHASES = ("reproduce", "fix", "correct", "speed", "slow_fixes", "bad_fixes", "memory", "memory_fixes")
+FIXED = "fixed"
+SPEED_CANDIDATE = "speed_candidate"
+SLOW_FIX = "slow_fix:"
+MEMORY_FIX = "memory_fix:"
+MEMORY_BASELINE = "memory_baseline"
+GRADED_PAIRS = 6  # at least, per timing process of a submitted fix (plus 0-2 more, drawn privately): more calls than a case's own timing
+
+
+@dataclass(frozen=True)
+class SpeedSettings:
+    warmup: int = 1  # pairs run untimed first, in each process
+    pairs: int = 3  # interleaved candidate/baseline samples per process, at least...
+    process_s: float = 0.5  # ...and more until they have taken this long
+    min_processes: int = 2
+    max_processes: int = 12
+    max_s: float = 20.0  # past this, a verdict still undecided is inconclusive
+    grade_max_s: float = 60.0  # grading: past this, a verdict still undecided is `undecided`, a rejection (never accepted)
+    level: float = 0.95  # of the ratio's confidence interval
+
+
+@dataclass(frozen=True)
+class Settings:
+    device: str
+    timeout_s: float
+    speed: SpeedSettings = SpeedSettings()
+    cpu_threads: int = 1
+    limits: Limits = Limits()  # for children that run a submitted fix (harness/grading/confine.py)
+    memory: memory_source.MemorySettings = memory_source.MemorySettings()
+
+
+def fix_under_test(case: ModuleType, cfg: DictConfig) -> Callable:
+    """In a child: the case's own `fixed`, or the submitted fix when grading (loaded here by path, never pickled)."""
+    submission = submission_of(cfg)
+    return case.fixed if submission is None else load_submitted(submission, case)
+
+
+def confinement(cfg: DictConfig, settings: Settings) -> Limits | None:
+    """The limits for a child that loads the fix under test: a submitted fix is confined, the case's own is not."""
+    return settings.limits if submission_of(cfg) is not None else None
+
+
+def case_function(case: ModuleType, name: str, cfg: DictConfig) -> Callable[[Any], Any]:
+    """The case function a phase runs: FIXED, SPEED_CANDIDATE (default `fixed`), "slow_fix:<name>", or a bad
+    fix's name. When grading, FIXED and SPEED_CANDIDATE are the submitted fix (`fix_under_test`)."""
+    if name == FIXED or (name == SPEED_CANDIDATE and submission_of(cfg) is not None):
+        return fix_under_test(case, cfg)
+    if name == SPEED_CANDIDATE:
+        return getattr(case, SPEED_CANDIDATE, case.fixed)
+    if name.startswith(SLOW_FIX):
+        return case.slow_fixes[name.removeprefix(SLOW_FIX)]
+    return case.bad_fixes[name]
+
+
+def compiled_for(function: Callable, case: ModuleType, cfg: DictConfig) -> Callable:
+    """`function` under the config's compile mode (harness/compiled.py); itself where the case compiles its unit itself.
+    A child that runs a submitted fix is confined, and confinement points its kernel cache, and its ranks', at the
+    grade's own folder (harness/grading/confine.py); every other child, in a grade too, uses the harness's cache."""
+    if getattr(case, "compiles_itself", False):
+        return function
+    return compile_axis.compiled(function, cfg)
+
+
+def call(function: Callable, inputs: Any, device: str, *, synchronise: bool = True) -> tuple[Any, Failure | None]:
+    """Run case code, synchronising so that an asynchronous CUDA error surfaces here."""
+    try:
+        output = function(inputs)
+        if synchronise:
+            synchronize(device)
+        return output, None
+    except BaseException as error:  # noqa: BLE001 - every failure of case (or submitted) code is a result, SystemExit too
+        return None, Failure.from_exception(error)
+
+
+def abnormal(phase: str, result: ChildResult) -> PhaseRecord:
+    if result.status == "raised":
+        return record_of(phase, "error", False, f"the case failed before the phase could run: {result.failure.headline}", result, {"traceback": result.failure.traceback})
+    status = {"signalled": "crashed", "exited": "crashed", "timeout": "timeout", "limit": "crashed"}[result.status]
+    said = result.output.rpartition("[harness] ")[2].strip() if "[harness] " in result.output else ""
+    return record_of(phase, status, False, result.summary + (f" ({said})" if said else ""), result, {"signal": result.signal} if result.signal else {})
+
+
+def record_of(phase: str, status: str, ok: bool, message: str, result: ChildResult, figures: dict | None = None) -> PhaseRecord:
+    return PhaseRecord(phase, status, ok, message, {**(figures or {}), **containment(result)}, round(result.seconds, 4), result.output)
+
+
+def containment(result: ChildResult) -> dict[str, Any]:
+    """What a confined child tried or left behind, and how it was held: for the grade's integrity check."""
+    said = {"refused_writes": result.refused_writes, "left_behind": result.left_behind, "confinement": result.confinement}
+    return {key: value for key, value in said.items() if value}
+
+
+def difference(figures: dict[str, Any]) -> str:
+    if "reason" in figures:
+        return figures["reason"]
+    parts = []
+    if figures["integers"]:
+        parts.append(f"{figures['mismatched_integers']} of {figures['integers']} integers differ")
+    if figures["floats"]:
+        parts.append(f"{figures['mismatched_floats']} of {figures['floats']} floats beyond tolerance, max |diff| {figures['max_abs_diff']:.3g}")
+    if "snr_db" in figures:
+        parts.append(f"relative error {figures['relative_error']:.3g} (SNR {figures['snr_db']:.1f} dB)")
+    if any(d["output"] != "output" for d in figures.get("differing", [])):  # a single tensor needs no name
+        named = ", ".join(d["output"].removeprefix("output") or "output" for d in figures["differing"][:4])
+        parts.append(f"in {named}" + (f" and {figures['outputs_differing'] - 4} more" if figures["outputs_differing"] > 4 else ""))
+    return "; ".join(parts)
+
+
+def tolerance_text(cfg: DictConfig) -> str:
+    return f"(atol {cfg.tolerance.atol}, rtol {cfg.tolerance.rtol}; integers exact)"

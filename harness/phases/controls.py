@@ -1,0 +1,67 @@
+"""The controls: slow fixes the speed verdict must flag, bad fixes that must be rejected, memory controls the
+memory verdict must flag. Each shows that its verdict can fail."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import ModuleType
+
+from omegaconf import DictConfig
+
+from harness.isolate import run_isolated
+from harness.phases.common import MEMORY_FIX, SLOW_FIX, Settings, abnormal, difference, record_of, tolerance_text
+from harness.phases.correct import compare_in_child
+from harness.phases.memory import memory_budget, memory_judged
+from harness.phases.speed import budget_of, time_against
+from harness.records import PhaseRecord
+
+def slow_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    """A correct but slower fix must be flagged by the speed verdict: `flagged`, else `missed`."""
+    phase = f"{SLOW_FIX}{name}"
+    budget = budget_of(cfg.get("speed"), settings.device)
+    if budget is None:
+        return PhaseRecord(phase, "no_budget", True, f"no speed budget on {settings.device}: nothing to flag", {}, 0.0, "")
+    checked = run_isolated(compare_in_child, phase, cfg, settings.device, timeout_s=settings.timeout_s)
+    if checked.status != "returned":
+        return abnormal(phase, checked)
+    figures, failure = checked.value
+    if failure is not None:
+        return record_of(phase, "missed", False, f"the control is broken: it raises {failure.headline}", checked)
+    if not figures["match"]:
+        return record_of(phase, "missed", False, "the control is broken: it differs from the reference: " + difference(figures), checked, figures)
+    timed = time_against(phase, phase, budget, cfg, settings)
+    if timed.status == "over_budget":
+        status, ok, message = "flagged", True, "correct, and flagged: " + timed.message
+    elif timed.status in ("within_budget", "inconclusive"):
+        status, ok, message = "missed", False, f"correct but not flagged ({timed.status}): " + timed.message
+    else:  # the timing itself crashed, hung or raised: the control proves nothing
+        return timed
+    return PhaseRecord(phase, status, ok, message, timed.figures, timed.seconds + checked.seconds, timed.output_tail)
+
+
+def bad_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    phase = f"bad_fix:{name}"
+    result = run_isolated(compare_in_child, name, cfg, settings.device, timeout_s=settings.timeout_s)
+    if result.status == "signalled":
+        return record_of(phase, "rejected", True, f"crashed: {result.summary}", result, {"how": "crashed"})
+    if result.status != "returned":
+        return abnormal(phase, result)
+    figures, failure = result.value
+    if failure is not None:
+        return record_of(phase, "rejected", True, f"raises {failure.headline}", result, {"how": "raised", "error": failure.headline})
+    if not figures["match"]:
+        return record_of(phase, "rejected", True, "differs from the reference: " + difference(figures), result, {"how": "differs", **figures})
+    return record_of(phase, "accepted", False, "matches the reference: this bad fix is not caught " + tolerance_text(cfg), result, figures)
+
+
+def memory_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+    """A memory control (a wrong fix that keeps every step's memory) must be flagged by the memory verdict."""
+    phase = f"{MEMORY_FIX}{name}"
+    if memory_budget(cfg, settings.device) is None:
+        return PhaseRecord(phase, "no_budget", True, f"no memory budget on {settings.device}: nothing to flag", {}, 0.0, "")
+    judged = memory_judged(phase, phase, case, cfg, settings)
+    if judged.status == "over_budget":
+        return dataclasses.replace(judged, status="flagged", ok=True, message="flagged: " + judged.message)
+    if judged.status in ("within_budget", "inconclusive"):
+        return dataclasses.replace(judged, status="missed", ok=False, message=f"not flagged ({judged.status}): " + judged.message)
+    return judged

@@ -1,0 +1,262 @@
+"""speed: the fix under test against a baseline, timed by the parent (harness/phases/clock.py) in several child
+processes, the ratio's interval against the budget (harness/timing.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import random
+import secrets
+import signal
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterator
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from harness import compiled as compile_axis
+from harness.cases import load_case
+from harness.grading.submitted import SUBMITTED_KEY, changes, process_settings, submission_of
+from harness.isolate import ChildResult, Failure, run_isolated
+from harness.phases.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive, serve, stop
+from harness.phases.common import FIXED, GRADED_PAIRS, SPEED_CANDIDATE, Settings, abnormal, case_function, compiled_for, containment, record_of
+from harness.records import PhaseRecord
+from harness.timing import estimate_ratio, judge, steady_cpu_allocator, synchronize
+
+def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
+    """The fix against `speed_baseline`; then, as phase "speed:<name>", each comparison in the yaml's
+    `speed.also`: the fix against the case function `baseline` names, on inputs with `inputs` merged over."""
+    yield time_against("speed", SPEED_CANDIDATE, budget_of(cfg.get("speed"), settings.device), cfg, settings)
+    for name, also in (OmegaConf.select(cfg, "speed.also") or {}).items():
+        yield time_against(f"speed:{name}", SPEED_CANDIDATE, budget_of(also, settings.device), cfg, settings, baseline=also.baseline, inputs=also.get("inputs"))
+
+
+def speed_config(cfg: DictConfig, device: str, inputs: Any = None) -> DictConfig:
+    """The case config that speed inputs are made from: `speed.inputs` merged over it, then
+    `speed.device_inputs.<device>`, then a comparison's own `inputs` (from `speed.also`)."""
+    return OmegaConf.merge(cfg, OmegaConf.select(cfg, "speed.inputs") or {}, OmegaConf.select(cfg, f"speed.device_inputs.{device}") or {}, inputs or {})
+
+
+def budget_of(speed_cfg: DictConfig | None, device: str) -> float | None:
+    """`budget.<device>` of a speed section (the case yaml's `speed`, or one of its `speed.also`)."""
+    return None if speed_cfg is None else OmegaConf.select(speed_cfg, f"budget.{device}")
+
+
+def time_against(
+    phase: str, candidate: str, budget: float | None, cfg: DictConfig, settings: Settings, *, baseline: str = "speed_baseline", inputs: Any = None
+) -> PhaseRecord:
+    """Time `candidate` against `baseline` (case functions by name), one timing process after another.
+
+    Each timing process serves `pairs` interleaved pairs on inputs of its own, timed by this process
+    (harness/phases/clock.py); after each (from `min_processes` on) the ratio's interval is compared with the
+    budget: decisive, it stops; straddling it, another process runs, until `max_s` or `max_processes`,
+    then the verdict is inconclusive. With no budget on this device, `min_processes` are measured and reported.
+
+    Timing a submitted fix (grading), a timing process is three children of the fork server, their blocks
+    taken in turn: the submission's (confined, harness/grading/confine.py), the model solution's (`fixed`), and a
+    pristine copy of the model solution's; the last two never import the submitted file, so nothing it does
+    to its own process reaches what it is compared with, and the baseline's time against its pristine copy's
+    shows a leak. Each warms up on inputs from one private seed and is timed on inputs from another, made
+    after the warm-up; the submission runs more pairs than a case's own timing, a number it cannot know;
+    outputs of its timed calls picked at random go to the judge (figures["checked_outputs"], judged by
+    harness/grading/grade.py); what the parent saw beside the samples (a clock that disagrees, CPU used beside or
+    after the calls, a cache answering repeated inputs, a baseline slowed or disturbed) is a verdict of its
+    own; and an interval that still straddles the budget after `grade_max_s` is `undecided`, a rejection.
+    """
+    timing = settings.speed
+    graded = submission_of(cfg) is not None and candidate == SPEED_CANDIDATE
+    check_dir = Path(tempfile.mkdtemp(prefix="harness-checked-")) if graded else None
+    started = time.monotonic()
+    processes: list[TimedProcess] = []
+    checked: list[dict[str, Any]] = []
+    held: dict[str, Any] = {}  # what confined children tried or left behind, over every process
+    compiled_figures: dict[str, list] = {}  # per process: compile time of each side (cold or warm cache), graphs compiled while timed
+    changed: dict[str, list[str]] = {}  # what the submission's import, then its calls, changed in its process
+    max_s, max_processes = (timing.grade_max_s, 10_000) if graded else (timing.max_s, timing.max_processes)
+    compiling_s = 0.0  # compiles before each process's clock: reported, and not taken from max_s (a cold one can outlast it)
+    while True:
+        seeds = {"warmup": secrets.randbelow(1 << 31), "settle": secrets.randbelow(1 << 31), "timed": secrets.randbelow(1 << 31)} if graded else None
+        process_dir = None
+        if check_dir is not None:
+            process_dir = check_dir / str(len(processes))
+            process_dir.mkdir()
+        talk = functools.partial(
+            drive,
+            device=settings.device,
+            warmup=max(timing.warmup, 1) + secrets.randbelow(2) if graded else timing.warmup,  # graded: never a timed first call
+            pairs=max(timing.pairs, GRADED_PAIRS) + secrets.randbelow(3) if graded else timing.pairs,
+            min_s=timing.process_s,
+            fresh_inputs=graded,
+            check_dir=process_dir,
+        )
+        if graded:
+            results = _graded_timing_process(talk, baseline, inputs, cfg, settings, seeds)
+        else:
+            results = {"candidate": run_isolated(_speed_in_child, candidate, baseline, inputs, cfg, settings, None, timeout_s=settings.timeout_s, talk=lambda c, pid, d: talk({"candidate": (c, pid), "baseline": (c, pid)}, d))}
+        result = results["candidate"]
+        if result.status != "returned":
+            return abnormal(phase, result)
+        value, failure = result.value
+        if failure is not None:
+            return record_of(phase, "raised", False, failure.headline, result)
+        for side in ("baseline", "pristine"):  # the model solution's own children: a failure there is the case's
+            if side in results and (results[side].status != "returned" or results[side].value[1] is not None):
+                broke = results[side]
+                said = broke.summary if broke.status != "returned" else f"raised {broke.value[1].headline}"
+                return record_of(phase, "error", False, f"the model solution's timing child ({side}) {said}", broke)
+        timed = result.talk
+        if timed is None:
+            return record_of(phase, "crashed", False, "the timing child stopped answering the parent's requests", result)
+        cpu_threads = value["cpu_threads"]
+        for told in [value] + [results[side].value[0] for side in ("baseline",) if side in results]:
+            for key in ("compile_s", "recompiled_on_new_inputs", "recompiled_while_timed"):
+                if key in told:
+                    compiled_figures.setdefault(key, []).append(told[key])
+        children = {id(child): child for child in results.values()}.values()  # one child may serve several sides
+        compiling_s += sum(sum(child.value[0].get("compile_s", {}).values()) for child in children)
+        for key in ("changed_on_import", "changed_by_its_calls"):
+            for line in value.get(key, []):
+                changed.setdefault(key, [])
+                if line not in changed[key]:
+                    changed[key].append(line)
+        processes.append(timed)
+        if timed.disturbed:  # reniced, pinned: its samples are worth nothing, and the grade ends here
+            figures = {"baseline_disturbed": timed.disturbed, **containment(result), **changed}
+            return PhaseRecord(phase, "baseline_disturbed", False, baseline_anomaly(processes, settings.device)[1], figures, round(time.monotonic() - started, 4), result.output)
+        for key, said in containment(result).items():
+            held[key] = held.get(key, []) + said if isinstance(said, list) else said
+        checked += [{"process": len(processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked, "step": block.checked_step} for index, block in enumerate(timed.blocks) if block.checked]
+        if len(processes) < timing.min_processes:
+            continue
+        estimate = estimate_ratio([p.samples for p in processes], timing.level)
+        verdict = judge(estimate, budget) if budget is not None else "measured"
+        if verdict is None and (len(processes) >= max_processes or time.monotonic() - started - compiling_s >= max_s):
+            verdict = "undecided" if graded else "inconclusive"
+        if verdict is not None:
+            break
+    samples = processes[-1].samples
+    figures = {**estimate.figures(), "budget": budget, "calls_per_sample": samples.calls_per_sample, "cpu_threads": cpu_threads}
+    figures["retaken_pairs"] = sum(p.samples.retaken for p in processes)
+    figures.update(compiled_figures)
+    figures["seconds"] = round(time.monotonic() - started, 2)
+    figures.update(clock_figures(processes))
+    interval = f"{estimate.ratio:.3f}x [{estimate.ratio_low:.3f}, {estimate.ratio_high:.3f}] ({estimate.level:.0%}, {estimate.samples} pairs in {estimate.processes} processes)"
+    times = f"{estimate.candidate_s * 1e3:.3f} ms vs {estimate.baseline_s * 1e3:.3f} ms"
+    message = {
+        "measured": f"{interval}, {times}; no budget on {settings.device}",
+        "within_budget": f"{interval}, {times}; within budget {budget}x",
+        "over_budget": f"{interval}, {times}; over budget {budget}x",
+        "inconclusive": f"{interval}, {times}; the interval still straddles the budget {budget}x after {figures['seconds']} s",
+        "undecided": (
+            f"{interval}, {times}; the interval still straddles the budget {budget}x after {figures['seconds']} s: the grader could not tell, "
+            "and a grade must be decisive; grade it again on a quieter machine, or give it longer (speed.grade_max_s)"
+        ),
+    }[verdict]
+    ok = verdict not in ("over_budget", "undecided")  # inconclusive (a case's own timing) is no failure, but reports show it apart
+    if graded:
+        figures.update(checked_outputs=checked, checked_dir=str(check_dir), timed_blocks=sum(1 for p in processes for b in p.blocks if b.side == "candidate"))
+        figures.update(held)
+        figures.update(changed)
+        seen = anomaly(processes, settings.device)
+        if seen is not None:
+            verdict, ok, message = seen[0], False, f"{seen[1]} ({interval})"
+        if changed.get("changed_on_import") or changed.get("changed_by_its_calls"):
+            lines = changed.get("changed_on_import", []) + changed.get("changed_by_its_calls", [])
+            message += f"; in its own process it changed {'; '.join(lines[:8])}" + (f" and {len(lines) - 8} more" if len(lines) > 8 else "") + " (the model solution, timed apart, was not affected)"
+    return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output)
+
+
+def _graded_timing_process(talk: Callable, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings, seeds: dict[str, int]) -> dict[str, ChildResult]:
+    """One timing process of a grade: the model solution's child and its pristine copy (from a config without the
+    submission: they never import it), then the submission's, confined; the parent drives all three, their
+    blocks in turn. What each child returned, by side."""
+    ungraded = OmegaConf.create({key: value for key, value in OmegaConf.to_container(cfg, resolve=True).items() if key != SUBMITTED_KEY})
+    results: dict[str, ChildResult] = {}
+    connections: dict[str, tuple[Any, int]] = {}
+
+    def then(side: str, go_on: Callable[[], Any]) -> Callable:
+        def hold(connection, pid: int, deadline: float) -> Any:
+            connections[side] = (connection, pid)
+            try:
+                return go_on()
+            finally:
+                stop(connection)  # if the candidate's child never came to answer, this one must not wait for it
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGCONT)  # a child left stopped (SIGSTOP from another process) could not hear it
+
+        return hold
+
+    def candidate_child() -> Any:
+        results["candidate"] = run_isolated(
+            _speed_in_child, SPEED_CANDIDATE, FIXED, inputs, cfg, settings, seeds, ("candidate",), timeout_s=settings.timeout_s, confined=settings.limits,
+            talk=lambda connection, pid, deadline: talk({"candidate": (connection, pid), "baseline": connections["baseline"], "pristine": connections["pristine"]}, deadline),
+        )
+
+    def pristine_child() -> Any:
+        results["pristine"] = run_isolated(_speed_in_child, FIXED, FIXED, inputs, ungraded, settings, seeds, ("pristine",), timeout_s=settings.timeout_s, talk=then("pristine", candidate_child))
+
+    results["baseline"] = run_isolated(_speed_in_child, FIXED, FIXED, inputs, ungraded, settings, seeds, ("baseline",), timeout_s=settings.timeout_s, talk=then("baseline", pristine_child))
+    results.setdefault("pristine", results["baseline"])
+    results.setdefault("candidate", results["pristine"])
+    return results
+
+
+def _speed_in_child(
+    candidate: str,
+    baseline: str,
+    inputs: Any,
+    cfg: DictConfig,
+    settings: Settings,
+    seeds: dict[str, int] | None,
+    sides: tuple[str, ...] = ("candidate", "baseline"),
+    *,
+    connection,
+) -> tuple[dict[str, Any] | None, Failure | None]:
+    """Serve the parent's timing requests (harness/phases/clock.py) for `sides`: a case's own functions on inputs from the case
+    seed, both sides in one child; when grading (seeds given), one side per child, warmed up on inputs from one seed,
+    timed on inputs from another: the submitted fix ("candidate"), or the model solution ("baseline", "pristine")."""
+    case = load_case(cfg.name)
+    speed_cfg = speed_config(cfg, settings.device, inputs)
+    if settings.device == "cpu":
+        steady_cpu_allocator()
+    # Children forked from one server would lay their heaps out alike: shift each by a random amount, so that
+    # the layout's luck (seen here: one side 2x slow in every process of a run) varies between processes.
+    layout_shift = bytearray(random.randrange(1 << 22))  # noqa: F841 - kept alive while timing
+
+    def make(seed: int | None) -> Any:
+        return case.make_inputs(speed_cfg if seed is None else OmegaConf.merge(speed_cfg, {"seed": seed}), settings.device)
+
+    warm_inputs = make(seeds and seeds["warmup"])  # every thread; a case that cannot make its inputs is an error
+    if settings.device == "cpu":
+        torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
+    told: dict[str, Any] = {}
+    functions = {}
+    for side in sides:
+        function = case_function(case, candidate, cfg) if side == "candidate" else getattr(case, baseline)  # the candidate: the submission, imported here
+        told.update(changed_on_import=getattr(function, "changed_on_import", []))
+        functions[side] = compiled_for(function, case, cfg)
+    try:
+        if compile_axis.mode_of(cfg) != "off":  # compiled before the clock starts: compile time is reported, never timed
+            told["compile_s"] = {side: compile_axis.timed_first_call(function, warm_inputs, lambda: synchronize(settings.device))[1] for side, function in functions.items()}
+            if seeds:  # a first call on new inputs may recompile (automatic dynamic shapes): here, on a third private seed, not in the first timed block
+                compiled_before, settle_inputs = compile_axis.graphs_compiled(), make(seeds["settle"])
+                for function in functions.values():
+                    compile_axis.timed_first_call(function, settle_inputs, lambda: synchronize(settings.device))
+                told["recompiled_on_new_inputs"] = compile_axis.graphs_compiled() - compiled_before
+                del settle_inputs
+            told["graphs"] = compile_axis.graphs_compiled()
+        before = process_settings() if seeds and "candidate" in sides else None
+        serve(connection, functions, warm_inputs, settings.device, (lambda: make(seeds["timed"])) if seeds else None)
+    except Exception as error:  # noqa: BLE001
+        return None, Failure.from_exception(error)
+    if "graphs" in told:
+        told["recompiled_while_timed"] = compile_axis.graphs_compiled() - told["graphs"]
+    if before is not None:
+        told["changed_by_its_calls"] = changes(before, process_settings())
+    if not told.get("changed_on_import"):
+        told.pop("changed_on_import", None)
+    return {"cpu_threads": torch.get_num_threads(), **told}, None  # plain data back
