@@ -17,14 +17,21 @@ def flatten_tensors(output: Any) -> list[torch.Tensor]:
 
 
 def named_tensors(output: Any, path: str = "output") -> list[tuple[str, torch.Tensor | None]]:
-    """Each tensor in `output` by its path (`output['grad']['0.weight']`), dict keys sorted; None kept as None."""
+    """Each tensor in `output` by its path (`output['grad']['0.weight']`), dict keys sorted; a None inside a
+    container (a gradient never computed) kept as None. An output that is None itself is no output."""
+    if output is None and path == "output":
+        raise TypeError("cannot compare outputs of type NoneType")
+    return _named(output, path)
+
+
+def _named(output: Any, path: str) -> list[tuple[str, torch.Tensor | None]]:
     if output is None or isinstance(output, torch.Tensor):
         return [(path, output)]
     if isinstance(output, dict):
-        return [item for key in sorted(output, key=str) for item in named_tensors(output[key], f"{path}[{key!r}]")]
+        return [item for key in sorted(output, key=str) for item in _named(output[key], f"{path}[{key!r}]")]
     if isinstance(output, (tuple, list)):
         names = getattr(output, "_fields", None) or [f"[{index}]" for index in range(len(output))]
-        return [item for name, value in zip(names, output) for item in named_tensors(value, f"{path}.{name}".replace(".[", "["))]
+        return [item for name, value in zip(names, output) for item in _named(value, f"{path}.{name}".replace(".[", "["))]
     raise TypeError(f"cannot compare outputs of type {type(output).__name__}")
 
 
