@@ -104,6 +104,12 @@ class _Ranged:
     def range_text(self) -> str:
         return _range_text(self.appears_in, self.fixed_in)
 
+    def clean_status(self, torch_version: str) -> str:
+        """The reproduce status of a clean run outside the range: `clean_before` the failure appears, `fixed_upstream` after."""
+        from torch.torch_version import TorchVersion
+
+        return "clean_before" if self.appears_in and TorchVersion(torch_version) < self.appears_in else "fixed_upstream"
+
 
 @dataclass(frozen=True)
 class Symptom(_Ranged):

@@ -73,3 +73,17 @@ def test_a_symptom_fixed_upstream_is_expected_only_before_that_version():
     assert not symptom.expected_on("2.4.0")
     assert not symptom.expected_on("2.13.0+cpu")
     assert Symptom("IndexError", "x").expected_on("2.13.0")
+
+
+def test_a_symptom_that_appears_on_an_upgrade_holds_over_its_range_of_releases():
+    from harness.cases import Versions, Warns, symptom_on
+
+    warning = Warns(r"FutureWarning: You are using `torch.load` with `weights_only=False`", appears_in="2.4", fixed_in="2.6")
+    error = Symptom("UnpicklingError", "Weights only load failed", appears_in="2.6")
+    versions = Versions(warning, error)
+    assert [versions.on(v) for v in ("2.3.1+cu121", "2.4.1", "2.5.1", "2.6.0", "2.13.0+cpu")] == [None, warning, warning, error, error]
+    before = symptom_on(versions, "2.3.1")
+    assert before is warning and not before.expected_on("2.3.1") and before.clean_status("2.3.1") == "clean_before"
+    assert Symptom("IndexError", "x", fixed_in="2.4").clean_status("2.13.0") == "fixed_upstream"
+    assert symptom_on(error, "2.3.1") is error and not error.expected_on("2.3.1")
+    assert versions.range_text() == "Warns from torch 2.4 until 2.6; Symptom from torch 2.6 on"
