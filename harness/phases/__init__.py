@@ -2,7 +2,7 @@
 
     reproduce  run `buggy`; expect the device's symptom on this torch (harness/cases.py: `symptom_on`; outside the
                symptom's range of torch versions, `appears_in` to `fixed_in`, a clean run)
-               reproduced | not_reproduced | fixed_upstream | wrong_failure | crashed | timeout | error; a failure
+               reproduced | not_reproduced | fixed_upstream | clean_before | wrong_failure | crashed | timeout | error; a failure
                that raises nothing: wrong_result (`WrongResult`: differs from `reference`) | warned (`Warns`)
     fix        run `fixed` on the same inputs; it must not raise
                passed | raised | crashed | timeout | error

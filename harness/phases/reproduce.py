@@ -34,7 +34,7 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
     said = {"warnings": warned} if warned else {}
     if failure is None:
         if not expected:
-            return record_of("reproduce", "fixed_upstream", True, f"buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()})", result, said)
+            return record_of("reproduce", symptom.clean_status(torch.__version__), True, f"buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()})", result, said)
         return record_of("reproduce", "not_reproduced", False, f"buggy ran without error on torch {torch.__version__}", result, said)
     figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where, **failure.figures, **said}
     figures.setdefault("traceback", failure.traceback)  # the frames tell cases with one error text apart (harness.triage)
@@ -67,7 +67,7 @@ def reproduce_silent(symptom: WrongResult | Warns, cfg: DictConfig, result: Chil
     if isinstance(symptom, Warns):
         if warning is not None:
             return record_of("reproduce", "warned", expected, warning, result, figures)
-        return record_of("reproduce", "fixed_upstream" if not expected else "not_reproduced", not expected, f"buggy ran without the warning /{symptom.warning}/ on torch {torch.__version__}", result, figures)
+        return record_of("reproduce", symptom.clean_status(torch.__version__) if not expected else "not_reproduced", not expected, f"buggy ran without the warning /{symptom.warning}/ on torch {torch.__version__}", result, figures)
     wrong = not compared["match"]
     if wrong and (symptom.warning is None or warning is not None):
         said = f"returned a wrong result: {difference(compared)}" + (f"; warned {warning}" if warning else "")
@@ -75,7 +75,7 @@ def reproduce_silent(symptom: WrongResult | Warns, cfg: DictConfig, result: Chil
     if wrong:
         return record_of("reproduce", "wrong_failure", False, f"returned a wrong result, without the warning /{symptom.warning}/: {difference(compared)}", result, figures)
     if not expected:
-        return record_of("reproduce", "fixed_upstream", True, f"buggy returned the reference's output, as expected on torch {torch.__version__} (it fails {symptom.range_text()})", result, figures)
+        return record_of("reproduce", symptom.clean_status(torch.__version__), True, f"buggy returned the reference's output, as expected on torch {torch.__version__} (it fails {symptom.range_text()})", result, figures)
     return record_of("reproduce", "not_reproduced", False, f"buggy returned the reference's output {tolerance_text(cfg)} on torch {torch.__version__}", result, figures)
 
 
@@ -106,7 +106,7 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
     failure, context_after, silent, _ = result.value
     if failure is None:
         if not expected:
-            return record_of("reproduce", "fixed_upstream", True, f"compiled buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()})", result)
+            return record_of("reproduce", symptom.clean_status(torch.__version__), True, f"compiled buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()})", result)
         if silent["match"]:
             return record_of("reproduce", "not_reproduced", False, f"compiled buggy returned the reference's output on torch {torch.__version__}", result, silent)
         message = f"returned an output under {mode} where eager raises {symptom.exception}: {difference(silent)}"
