@@ -11,7 +11,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -183,6 +184,45 @@ def record_name(case: str, device: str, mode: str) -> str:
     return f"{case}.{device}.json" if mode == "off" else f"{case}.{device}.{mode}.json"
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What a run's axes make of a case: the config its children get, the phases to run, and what runs each."""
+
+    case_cfg: Any
+    phases: tuple[str, ...]
+    run_phase: Callable[..., Iterator[PhaseRecord]]
+
+
+def compile_transform(plan: Plan, cfg: DictConfig, device: str, submitted: grade.Submission | None) -> Plan:
+    """The compile axis (harness/compiled.py): the mode, its tolerance and budgets, the kernels' thread count."""
+    threads = int(cfg.speed.cpu_threads) if device == "cpu" else None
+    return dataclasses.replace(plan, case_cfg=compile_axis.case_config(plan.case_cfg, compile_axis.mode_of(cfg), threads))
+
+
+def grading_transform(plan: Plan, cfg: DictConfig, device: str, submitted: grade.Submission | None) -> Plan:
+    """The grading axis (harness/grading/grade.py): the submission in the config, the phases that judge it, run as a grade."""
+    if submitted is None:
+        return plan
+    graded = grade.graded_config(plan.case_cfg, submitted)
+    return Plan(graded, tuple(grade.phases_of_a_grade(list(plan.phases), graded, device)), grade.run_phase)
+
+
+def device_transform(plan: Plan, cfg: DictConfig, device: str, submitted: grade.Submission | None) -> Plan:
+    """The device axis: the tolerance the device needs (`on_device`)."""
+    return dataclasses.replace(plan, case_cfg=on_device(plan.case_cfg, device))
+
+
+AXES = (compile_transform, grading_transform, device_transform)  # applied in this order, each once
+
+
+def plan_run(cfg: DictConfig, device: str, submitted: grade.Submission | None) -> Plan:
+    """The case as this run's axes leave it: one pass over `AXES`, one transform per axis; nothing goes back."""
+    plan = Plan(cfg.case, tuple(cfg.phases), run_phase)
+    for transform in AXES:
+        plan = transform(plan, cfg, device, submitted)
+    return plan
+
+
 def on_device(case_cfg: Any, device: str) -> Any:
     """The case config on `device`: where the yaml sets `<device>_tolerance` (CUDA: TF32 in cuDNN, fp16 kernels), each
     of its bounds widens `tolerance` (or `compile_tolerance`, already in place) to at least that much there."""
@@ -210,9 +250,7 @@ def run_case(
     case = load_case(cfg.case.name)
     submitted = submitted_fix(cfg)
     mode = compile_axis.mode_of(cfg)
-    case_cfg = compile_axis.case_config(cfg.case, mode, int(cfg.speed.cpu_threads) if device == "cpu" else None)
-    case_cfg = on_device(case_cfg if submitted is None else grade.graded_config(case_cfg, submitted), device)
-    phase_runner = run_phase if submitted is None else grade.run_phase
+    plan = plan_run(cfg, device, submitted)
     kernels = tempfile.mkdtemp(prefix="harness-grade-kernels-") if submitted is not None and mode != "off" else None  # the submission's alone
     limits = Limits(kernels=kernels)
     settings = Settings(device=device, timeout_s=float(cfg.timeout_s), speed=speed_settings(cfg), cpu_threads=int(cfg.speed.cpu_threads), limits=limits, memory=memory_settings(cfg))
@@ -231,10 +269,10 @@ def run_case(
     sources = grade.project_sources() if submitted is not None else {}
     phase, started, appended = None, time.monotonic(), 0.0
     try:
-        for phase in cfg.phases if submitted is None else grade.phases_of_a_grade(cfg.phases, case_cfg, device):
+        for phase in plan.phases:
             on_phase(phase, None)
             started = time.monotonic()
-            for phase_record in phase_runner(phase, case, case_cfg, settings):
+            for phase_record in plan.run_phase(phase, case, plan.case_cfg, settings):
                 record.phases.append(phase_record)
                 appended = time.monotonic()
                 write_record(record, path)
