@@ -31,6 +31,7 @@ def graded(tmp_path, environment, case, fixes_file, function, phases, *overrides
     """Grade `function` of a copy of tests/fixes/`fixes_file`: (verdict, record, record path, the copy)."""
     copy = tmp_path / fixes_file
     if not copy.exists():
+        copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(FIXES / fixes_file, copy)
     cfg = compose_config(f"case={case}", "device=cpu", f"phases=[{','.join(phases)}]", f"fix={copy}:{function}", "timeout_s=120", *FAST, *overrides)
     record, path = run_case(cfg, "cpu", tmp_path / "run", environment)
@@ -353,7 +354,7 @@ def test_hint_and_exercise_from_the_command_line(tmp_path):
 def test_a_correct_fix_whose_ranks_compile_is_accepted_under_inductor(tmp_path, environment):
     # multigpu_segfault's ranks compile their DDP model themselves: in a graded run they must compile beneath the
     # graded child's scratch folder (they wrote /tmp/torchinductor_<user>, refused, and a correct fix was rejected).
-    verdict, record, _, _ = graded(tmp_path, environment, "multigpu_segfault", "alternatives.py", "multigpu_segfault", ["fix"], "compile=inductor")
+    verdict, record, _, _ = graded(tmp_path, environment, "multigpu_segfault", "alternatives/multigpu_segfault.py", "multigpu_segfault", ["fix"], "compile=inductor")
     assert verdict.accepted, verdict.line
     assert phase(record, "integrity").status == "passed"
 
