@@ -67,12 +67,13 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float) -> dict[str, Any]:
     computed) matches only a None.
     `max_abs_diff`, `relative_error` (||got - want|| / ||want||) and `snr_db`
     (the same as a signal-to-noise ratio) are over the floating tensors; `differing` names the
-    outputs that differ (by path), each with its own figures.
+    outputs that differ, each with its own figures, by their path in `want` (tensors pair up by
+    position: a submitted output arrives as a list).
     """
     got_named, want_named = named_tensors(got), named_tensors(want)
     if len(got_named) != len(want_named):
         return {"match": False, "reason": f"{len(got_named)} outputs, reference has {len(want_named)}"}
-    for (path, g), (_, w) in zip(got_named, want_named):
+    for (_, g), (path, w) in zip(got_named, want_named):
         if (g is None) != (w is None):
             missing = sum((a is None) != (b is None) for (_, a), (_, b) in zip(got_named, want_named))
             return {"match": False, "reason": f"{path} is {'None' if g is None else 'a tensor'} where the reference has {'a tensor' if g is None else 'None'} ({missing} such)", "missing": missing}
@@ -83,7 +84,7 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float) -> dict[str, Any]:
     max_abs_diff = 0.0
     error_sq = reference_sq = 0.0
     differing: list[dict[str, Any]] = []
-    for (path, g), (_, w) in zip(got_named, want_named):
+    for (_, g), (path, w) in zip(got_named, want_named):
         if w is None:
             continue
         g, w = g.detach().cpu(), w.detach().cpu()

@@ -402,3 +402,14 @@ def test_a_speed_comparison_that_ran_in_a_grade_counts_in_its_verdict():
         ("fix", "passed"), ("correct", "passed"), ("speed", "within_budget"), ("speed:against_upstream", "undecided"), ("integrity", "passed"))]
     verdict = grade.verdict(CaseRecord("class_weight_index", "", "cpu", "", {}, {}, phases))
     assert not verdict.accepted and verdict.line.startswith("rejected by speed:against_upstream: undecided"), verdict.line
+
+
+def test_a_fix_wrong_at_the_object_s_edge_is_rejected_by_correct_not_by_speed(tmp_path, environment):
+    """Issue 36: labels from a thresholded bicubic resize passed `correct` in 6 grades of 7 when the case compared its
+    loss alone (2.4e-5 relative, inside the tolerance). The class map is now an output, compared exactly."""
+    verdict, record, _, _ = graded(tmp_path, environment, "target_out_of_bounds", "target_fixes.py", "thresholded_bicubic", ["fix", "correct"])
+    correct = phase(record, "correct")
+    assert correct.status == "mismatch" and correct.figures["mismatched_integers"] > 0, correct.message
+    labels = next(d for d in correct.figures["differing"] if d["output"] == "output['labels']")  # named as the reference names it
+    assert labels["mismatched"] > 0 and labels["of"] == correct.figures["integers"], correct.figures["differing"]
+    assert verdict.line.startswith("rejected by correct"), verdict.line

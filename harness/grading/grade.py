@@ -66,7 +66,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import REQUIRED_SECTIONS, ROOT, load_case, symptom_on
-from harness.compare import compare, flatten_tensors, snapshot
+from harness.compare import compare, flatten_tensors, named_tensors, snapshot
 from harness.grading.confine import Limits
 from harness.isolate import ChildResult, run_isolated
 from harness.phases import Settings, fix_under_test, memory_budget, speed_config
@@ -263,7 +263,7 @@ def _run_submitted_in_child(cfg: DictConfig, device: str) -> tuple[bytes | str |
     if failure is not None:
         return None, failure
     try:
-        tensors = [tensor.detach() for tensor in flatten_tensors(output)]
+        tensors = [None if tensor is None else tensor.detach() for _, tensor in named_tensors(output)]  # a None: a gradient never computed
     except TypeError:
         return f"returned {type(output).__name__}, not tensors (a tensor, or a tuple, list or dict of them)", None
     subclass = next((type(tensor) for tensor in flatten_tensors(output) if type(tensor) is not torch.Tensor), None)
@@ -286,24 +286,28 @@ def _judge_in_child(cfg: DictConfig, device: str, sent: bytes) -> tuple[str, str
         got = torch.load(io.BytesIO(sent), weights_only=True)
     except Exception as error:  # noqa: BLE001 - anything but plain tensors and values
         return "wrong_output", f"its output could not be read back as plain tensors ({type(error).__name__})", {}
-    return judge(got["output"], flatten_tensors(want), got["inputs"], pristine, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol)
+    return judge(got["output"], want, got["inputs"], pristine, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol)
 
 
-def judge(output: list, want: list, inputs_after: dict, pristine: dict, *, atol: float, rtol: float) -> tuple[str, str, dict[str, Any]]:
-    """(status, message, figures): the first check the output fails, or "passed"."""
+def judge(output: list, reference: Any, inputs_after: dict, pristine: dict, *, atol: float, rtol: float) -> tuple[str, str, dict[str, Any]]:
+    """(status, message, figures): the first check the output (its tensors in order, a None where a gradient was never
+    computed) fails against the reference's output, or "passed"."""
+    want = [tensor for _, tensor in named_tensors(reference)]
     if len(output) != len(want):
         return "wrong_output", f"{len(output)} tensors, the reference has {len(want)}", {}
     for index, (got, expected) in enumerate(zip(output, want)):
+        if got is None or expected is None:
+            continue  # compare names a None where the other has a tensor
         for what in ("shape", "dtype", "device"):
             if getattr(got, what) != getattr(expected, what):
                 mine, theirs = _show(getattr(got, what)), _show(getattr(expected, what))
                 return "wrong_output", f"output tensor {index} has {what} {mine}, the reference {theirs}", {what: mine, f"reference_{what}": theirs}
-    figures = compare(output, want, atol=atol, rtol=rtol)
+    figures = compare(output, reference, atol=atol, rtol=rtol)
     if not figures["match"]:
         return "mismatch", "", figures
     tensors_in = {path: value for path, value in inputs_after.items() if isinstance(value, torch.Tensor)}
     for index, got in enumerate(output):
-        shared = next((path for path, tensor in tensors_in.items() if _overlap(got, tensor)), None)
+        shared = None if got is None else next((path for path, tensor in tensors_in.items() if _overlap(got, tensor)), None)
         if shared is not None:
             return "aliases_input", f"output tensor {index} shares storage with the input {shared}: a caller's input would change with it", {**figures, "aliased": shared}
     changed = [path for path in pristine if path not in inputs_after or not _identical(pristine[path], inputs_after[path])]
