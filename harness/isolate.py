@@ -90,7 +90,7 @@ class ChildResult:
     output: str = field(default="", repr=False)  # tail of the child's stdout and stderr
     talk: Any = None  # what the parent's side of a conversation with the child returned (`run_isolated(talk=...)`)
     left_behind: list[str] = field(default_factory=list)  # processes the child left running, killed after it
-    refused_writes: list[str] = field(default_factory=list)  # a confined child's writes outside its scratch directory
+    refused_writes: list[str] = field(default_factory=list)  # what a confined child was refused: writes outside its scratch directory, signals to processes not its own
     confinement: str | None = None  # how a confined child was held ("landlock ABI 7; limits ..."), as it reported
     limit: str | None = None  # the limit a confined child broke, when status == "limit"
     lost_server: str | None = None  # "killed" or "stopped": what the child did to its parent, the fork server

@@ -35,6 +35,9 @@ LANDLOCK_CREATE_RULESET_VERSION, LANDLOCK_RULE_PATH_BENEATH = 1, 1
 # Landlock's write rights: remove, make (char, dir, reg, sock, fifo, block, sym), write, then refer (ABI 2) and truncate (ABI 3).
 # Reads and device ioctls (CUDA drives the GPU by ioctl) are not handled, so they stay allowed.
 WRITE_FILE, REMOVE_AND_MAKE, REFER, TRUNCATE = 1 << 1, sum(1 << bit for bit in range(4, 13)), 1 << 13, 1 << 14
+# ABI 6 scopes signals: a confined process may signal only processes of its own Landlock domain (itself, its children),
+# never the harness, its fork server or the model solution's children, which are outside it.
+SCOPE_SIGNAL, SIGNALS_SCOPED_FROM_ABI = 1 << 1, 6
 WRITABLE_BESIDE_SCRATCH = ("/dev",)  # /dev/null, /dev/shm, and the GPU's device files, opened read-write
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -53,7 +56,7 @@ class Limits:
 class Confinement:
     """What the child could be held to, as it reports it (plain data)."""
 
-    writes: str  # "landlock ABI <n>" or "audit hook only (<why Landlock is missing>)"
+    writes: str  # "landlock ABI <n>; signals scoped" or "audit hook only (<why Landlock is missing>)"
     limits: dict = field(default_factory=dict)
 
 
@@ -127,6 +130,12 @@ def _write_guard(writable: tuple[str, ...], refused_log: str):
         return os.path.realpath(path)
 
     def guard(event: str, args: tuple) -> None:
+        if event in ("os.kill", "os.killpg"):
+            target = _outside_own_processes(event, *args[:2])
+            if target is not None:
+                os.write(log_fd, f"signal {target}\n".encode(errors="replace"))
+                raise PermissionError(f"grading: sending {target} is refused (a submission may signal only itself and its own children)")
+            return
         if event == "open":
             path, mode, flags = args
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & WRITE_FLAGS)
@@ -143,8 +152,28 @@ def _write_guard(writable: tuple[str, ...], refused_log: str):
     return guard
 
 
+def _outside_own_processes(event: str, target: int, signal_number: int) -> str | None:
+    """How a signal to a process (group) outside the child's own reads ("SIGKILL to pid 12 (python)"), or None for
+    its own: itself, its process group, its descendants. Landlock (ABI 6) refuses the same below Python."""
+    own_group = os.getpgrp()
+    if event == "os.killpg" or target < 0:
+        group = abs(target) if target else own_group
+        return None if group == own_group else f"{_signal_name(signal_number)} to process group {group}"
+    if target in (0, os.getpid()) or target in descendants_of(os.getpid()):
+        return None
+    return f"{_signal_name(signal_number)} to pid {target} ({_process_name(target)})"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def refused_writes(refused_log: str) -> list[str]:
-    """What the child's write guard refused, read by the parent from the child's scratch directory."""
+    """What the child's guard refused, read by the parent from the child's scratch directory: each write outside its
+    scratch directory ("open <path>") and each signal to a process outside its own ("signal SIGKILL to pid ...")."""
     try:
         with open(refused_log, encoding="utf-8", errors="replace") as log:
             return list(dict.fromkeys(line.strip() for line in log if line.strip()))[:20]
@@ -161,8 +190,10 @@ def _landlock(writable: tuple[str, ...]) -> str:
     if abi < 1:
         return f"audit hook only (Landlock unavailable: {os.strerror(ctypes.get_errno())})"
     handled = WRITE_FILE | REMOVE_AND_MAKE | (REFER if abi >= 2 else 0) | (TRUNCATE if abi >= 3 else 0)
-    attr = ctypes.c_uint64(handled)
-    ruleset = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
+    signals_scoped = abi >= SIGNALS_SCOPED_FROM_ABI
+    attr = _RulesetAttr(handled, 0, SCOPE_SIGNAL if signals_scoped else 0)
+    size = ctypes.sizeof(attr) if signals_scoped else ctypes.sizeof(ctypes.c_uint64)  # an older kernel knows the first field alone
+    ruleset = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         return f"audit hook only (Landlock refused a ruleset: {os.strerror(ctypes.get_errno())})"
     try:
@@ -172,7 +203,11 @@ def _landlock(writable: tuple[str, ...]) -> str:
             return f"audit hook only (Landlock could not restrict this process: {os.strerror(ctypes.get_errno())})"
     finally:
         os.close(ruleset)
-    return f"landlock ABI {abi}"
+    return f"landlock ABI {abi}" + ("; signals scoped" if signals_scoped else "; signals not scoped (Landlock ABI < 6)")
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
 
 
 class _PathBeneath(ctypes.Structure):

@@ -442,6 +442,9 @@ def integrity(before: dict[str, bytes], record: CaseRecord) -> PhaseRecord:
     }
     if changed:
         return PhaseRecord("integrity", "tampered", False, f"the grade changed {', '.join(changed[:3])}: restored from the copy read before grading", figures)
+    signals = [line.removeprefix("signal ") for line in refused if line.startswith("signal ")]
+    if signals:
+        return PhaseRecord("integrity", "signalled_outside_sandbox", False, f"the submission tried to signal a process outside its own (refused): {'; '.join(signals[:3])}", figures)
     if refused:
         return PhaseRecord("integrity", "wrote_outside_sandbox", False, f"the submission tried to write outside its scratch directory (refused): {'; '.join(refused[:3])}", figures)
     if left:
@@ -481,7 +484,7 @@ def verdict(record: CaseRecord) -> Verdict:
     failed = sorted((phase for phase in graded if not phase.ok), key=lambda phase: phase.phase != "integrity")
     if failed:
         also = "".join(f"; also {phase.phase}: {phase.status}" for phase in failed[1:4])
-        refused = " (writes outside its scratch directory are refused while grading)" if re.search(r"Permission ?denied|PermissionError", failed[0].message) else ""
+        refused = " (writes outside its scratch directory, and signals to processes not its own, are refused while grading)" if re.search(r"Permission ?denied|PermissionError", failed[0].message) and "grading: " not in failed[0].message else ""
         return Verdict(False, f"rejected by {failed[0].phase}: {failed[0].status}: {' '.join(failed[0].message.split())}{refused}{also}")
     if not graded:
         return Verdict(False, "rejected: no graded check ran (phases= must include fix, correct or speed)")
