@@ -65,6 +65,8 @@ DEVICE = "cpu"
 # The compile axis (harness/compiled.py): eager records in <case>/, compiled ones in <mode>/<case>/.
 # MATRIX_COMPILE=inductor runs one mode only; MATRIX_BENCHMARKS=0 skips the benchmarks (a re-run of one mode).
 COMPILE_MODES = [mode for mode in os.environ.get("MATRIX_COMPILE", "off,inductor").split(",") if mode]
+# MATRIX_CASES=a,b runs those cases only (new cases joining a matrix already run); every other case's records stay.
+MATRIX_CASES = [case for case in os.environ.get("MATRIX_CASES", "").split(",") if case]
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = Path("results")  # relative to ROOT, where nox runs sessions: the records' argv stays short
@@ -135,10 +137,11 @@ def _run_matrix(session: nox.Session, entry: str, version: str, install_s: float
     cost["not_ok"], cost["harness_problems"] = [], []
     for mode in COMPILE_MODES:
         folder = _mode_folder(out, mode)
-        for stale in [folder / case for case in _case_names()] + [folder / "harness.log"]:  # this mode's records only
+        for stale in [folder / case for case in _matrix_cases()] + [folder / "harness.log"]:  # this mode's records only
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
         folder.mkdir(parents=True, exist_ok=True)
-        command = ["python", "-m", "harness", "-m", "case=glob(*)", f"device={DEVICE}", f"compile={mode}"]
+        cases = ",".join(MATRIX_CASES) if MATRIX_CASES else "glob(*)"
+        command = ["python", "-m", "harness", "-m", f"case={cases}", f"device={DEVICE}", f"compile={mode}"]
         command += [f"hydra.sweep.dir={folder}", "hydra.sweep.subdir=${case.name}", *session.posargs]  # one folder per case
         started = time.perf_counter()
         code, output = _run_tee(session, command, folder / "harness.log")
@@ -146,7 +149,7 @@ def _run_matrix(session: nox.Session, entry: str, version: str, install_s: float
         cost[f"harness{key}_s"] = round(time.perf_counter() - started, 1)
         cost[f"harness{key}_exit"] = code
         problems = _harness_problems(code, output, folder, mode)
-        cost["not_ok"] += _phases_not_ok(folder, mode)
+        cost["not_ok"] += _phases_not_ok(folder, mode, _matrix_cases())
         cost["harness_problems"] += problems
         if problems:
             _write_cost(out, cost)
@@ -214,6 +217,14 @@ def _key(mode: str) -> str:
     return "" if mode == "off" else f"_{mode}"
 
 
+def _matrix_cases() -> list[str]:
+    """The cases this session runs: MATRIX_CASES, or every case."""
+    unknown = sorted(set(MATRIX_CASES) - set(_case_names()))
+    if unknown:
+        raise SystemExit(f"MATRIX_CASES names no case {', '.join(unknown)}: cases are {', '.join(_case_names())}")
+    return MATRIX_CASES or _case_names()
+
+
 def _case_names() -> list[str]:
     return sorted(path.stem for path in (ROOT / "conf" / "case").glob("*.yaml"))
 
@@ -243,9 +254,10 @@ def _harness_problems(code: int, output: str, out: Path, mode: str = "off") -> l
     return problems
 
 
-def _phases_not_ok(out: Path, mode: str = "off") -> list[dict]:
+def _phases_not_ok(out: Path, mode: str = "off", cases: list[str] | None = None) -> list[dict]:
     missed = []
-    for record_path in sorted(out / case / _record_name(case, mode) for case in _case_names() if (out / case / _record_name(case, mode)).is_file()):
+    cases = _case_names() if cases is None else cases
+    for record_path in sorted(out / case / _record_name(case, mode) for case in cases if (out / case / _record_name(case, mode)).is_file()):
         record = json.loads(record_path.read_text())
         for phase in record["phases"]:
             if not phase["ok"]:
@@ -268,10 +280,16 @@ def _disk_usage(path: Path) -> int:
 
 
 def _write_cost(out: Path, cost: dict) -> None:
-    """session.json; a run of fewer modes (MATRIX_COMPILE) keeps what an earlier run said of the others."""
+    """session.json; a run of fewer modes (MATRIX_COMPILE) keeps what an earlier run said of the others, and a run of
+    fewer cases (MATRIX_CASES) keeps the earlier run's figures, its own listed under `partial_runs`."""
     path = out / "session.json"
     earlier = json.loads(path.read_text()) if path.is_file() else {}
-    if set(COMPILE_MODES) != {"off", "inductor"} and earlier:
+    if MATRIX_CASES and earlier:
+        ran = set(COMPILE_MODES)
+        kept = [miss for miss in earlier.get("not_ok", []) if miss.get("case") not in MATRIX_CASES or miss.get("compile", "off") not in ran]
+        partial = {"cases": MATRIX_CASES, **{key: value for key, value in cost.items() if key.startswith("harness") or key in ("source_digest", "torch_installed")}}
+        cost = {**earlier, "not_ok": kept + cost.get("not_ok", []), "partial_runs": [*earlier.get("partial_runs", []), partial]}
+    elif set(COMPILE_MODES) != {"off", "inductor"} and earlier:
         ran = set(COMPILE_MODES)
         kept = [miss for miss in earlier.get("not_ok", []) if miss.get("compile", "off") not in ran]
         cost = {**earlier, **cost, "not_ok": kept + cost.get("not_ok", [])}

@@ -92,14 +92,21 @@ def _range_text(appears_in: str | None, fixed_in: str | None) -> str:
 
 class _Ranged:
     """A symptom holds from torch `appears_in` (a release whose change made this code fail) until `fixed_in` (one
-    that made it valid again); outside that range the buggy code is expected to run clean. Both found by running it."""
+    that made it valid again), and under the compile modes in `modes` (None: every mode; ("off",): eager only, where
+    compiling makes the code valid, e.g. dynamo rewriting a reentrant checkpoint); elsewhere the buggy code is
+    expected to run clean. Each found by running it."""
 
     appears_in: str | None
     fixed_in: str | None
+    modes: tuple[str, ...] | None
 
     def expected_on(self, torch_version: str) -> bool:
         """Whether the buggy code is expected to fail this way on this torch version."""
         return _between(self.appears_in, self.fixed_in, torch_version)
+
+    def holds(self, torch_version: str, mode: str) -> bool:
+        """Whether the failure is expected on this torch version under this compile mode."""
+        return self.expected_on(torch_version) and (self.modes is None or mode in self.modes)
 
     def range_text(self) -> str:
         return _range_text(self.appears_in, self.fixed_in)
@@ -109,6 +116,10 @@ class _Ranged:
         from torch.torch_version import TorchVersion
 
         return "clean_before" if self.appears_in and TorchVersion(torch_version) < self.appears_in else "fixed_upstream"
+
+    def clean_status_under(self, torch_version: str, mode: str) -> str:
+        """As `clean_status`, or `clean_compiled` where the torch version holds the failure and the compile mode does not."""
+        return "clean_compiled" if self.expected_on(torch_version) and not self.holds(torch_version, mode) else self.clean_status(torch_version)
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,7 @@ class Symptom(_Ranged):
     output: str | None = None
     fixed_in: str | None = None  # torch version from which this code no longer fails (found by running it)
     appears_in: str | None = None  # torch version from which it fails
+    modes: tuple[str, ...] | None = None  # compile modes it shows under (None: all)
 
     def mismatches(self, failure: Failure, output: str) -> list[str]:
         """Why `failure` is not this symptom; empty when it is."""
@@ -154,6 +166,7 @@ class Growth(_Ranged):
     oom: str | None = None
     fixed_in: str | None = None
     appears_in: str | None = None
+    modes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +182,7 @@ class WrongResult(_Ranged):
     warning: str | None = None
     fixed_in: str | None = None
     appears_in: str | None = None
+    modes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +193,7 @@ class Warns(_Ranged):
     warning: str
     fixed_in: str | None = None
     appears_in: str | None = None
+    modes: tuple[str, ...] | None = None
 
 
 AnySymptom = Symptom | Growth | WrongResult | Warns

@@ -36,7 +36,6 @@ from __future__ import annotations
 import ctypes
 import json
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass

@@ -131,8 +131,9 @@ def test_every_committed_record_triages_to_its_own_case(path):
     record = json.loads(path.read_text())
     reproduce = next(p for p in record["phases"] if p["phase"] == "reproduce")
     verdict = triage(_record_log(record))
-    if reproduce["status"] not in FAILURE_REPRODUCED or reproduce["status"] == "silent":
-        # silent: the compiled buggy code returned (wrong values) where eager raises; no error text names anything
+    if not _names_its_failure(reproduce):
+        # silent: the compiled buggy code returned (wrong values) where eager raises; a wrong result no warning
+        # announced: no error text names anything
         assert verdict.case is None, f"{reproduce['status']}: no failure to name, yet {verdict.case}"
     elif reproduce["status"] == "aborted" and verdict.case is None:
         # A compiled kernel's abort whose log kept only the bounds-check line, no kernel name and no frame:
@@ -172,10 +173,19 @@ def test_a_fresh_reproduce_record_triages_to_its_own_case(fresh_reproduce_record
     record = fresh_reproduce_records[name]
     reproduce = record["phases"][0]
     verdict = triage(_record_log(record))
-    if reproduce["status"] == "reproduced":
+    if _names_its_failure(reproduce):
         assert verdict.case == name, [(c.case, c.score, c.why) for c in verdict.candidates]
     else:
-        assert reproduce["status"] == "fixed_upstream" and verdict.case is None
+        assert reproduce["status"] in ("fixed_upstream", "clean_before", "wrong_result") and verdict.case is None, reproduce["message"]
+
+
+def _names_its_failure(reproduce: dict) -> bool:
+    """Whether a reproduce record holds text that names its failure: an error, a native abort, a warning; not a
+    compiled run that returned where eager raises (silent), nor a wrong result no warning announced."""
+    status = reproduce["status"]
+    if status not in FAILURE_REPRODUCED or status == "silent":
+        return False
+    return status != "wrong_result" or bool(reproduce["figures"].get("warnings"))
 
 
 # -- the rules -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
+from harness.cases import symptom_on
 from harness import memory as memory_source
 from harness.grading.confine import Limits
 from harness.grading.submitted import load_submitted, submission_of
@@ -46,6 +47,15 @@ class Settings:
     cpu_threads: int = 1
     limits: Limits = Limits()  # for children that run a submitted fix (harness/grading/confine.py)
     memory: memory_source.MemorySettings = memory_source.MemorySettings()
+
+
+def failure_holds(case: ModuleType, cfg: DictConfig, device: str) -> bool:
+    """Whether the case's failure is expected on this run: its symptom holds on this torch under this compile mode.
+    Where it does not (a torch before or after it, a compile mode that makes the code valid), a bad fix may be right
+    and a control may show nothing: their verdicts say so instead of failing the run."""
+    import torch
+
+    return symptom_on(case.symptoms[device], torch.__version__).holds(torch.__version__, compile_axis.mode_of(cfg))
 
 
 def fix_under_test(case: ModuleType, cfg: DictConfig) -> Callable:

@@ -9,7 +9,7 @@ from types import ModuleType
 from omegaconf import DictConfig
 
 from harness.isolate import run_isolated
-from harness.phases.common import MEMORY_FIX, SLOW_FIX, Settings, abnormal, difference, record_of, tolerance_text
+from harness.phases.common import MEMORY_FIX, SLOW_FIX, Settings, abnormal, difference, failure_holds, record_of, tolerance_text
 from harness.phases.correct import compare_in_child
 from harness.phases.memory import memory_budget, memory_judged
 from harness.phases.speed import budget_of, time_against
@@ -32,6 +32,8 @@ def slow_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -
     timed = time_against(phase, phase, budget, cfg, settings)
     if timed.status == "over_budget":
         status, ok, message = "flagged", True, "correct, and flagged: " + timed.message
+    elif timed.status in ("within_budget", "inconclusive") and not failure_holds(case, cfg, settings.device):
+        status, ok, message = "not_applicable", True, f"not flagged ({timed.status}) on a run where the case's failure does not occur ({ABSENT}): " + timed.message
     elif timed.status in ("within_budget", "inconclusive"):
         status, ok, message = "missed", False, f"correct but not flagged ({timed.status}): " + timed.message
     else:  # the timing itself crashed, hung or raised: the control proves nothing
@@ -51,6 +53,8 @@ def bad_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) ->
         return record_of(phase, "rejected", True, f"raises {failure.headline}", result, {"how": "raised", "error": failure.headline})
     if not figures["match"]:
         return record_of(phase, "rejected", True, "differs from the reference: " + difference(figures), result, {"how": "differs", **figures})
+    if not failure_holds(case, cfg, settings.device):
+        return record_of(phase, "not_wrong_here", True, f"matches the reference on a run where the case's failure does not occur ({ABSENT}): wrong only where it does", result, figures)
     return record_of(phase, "accepted", False, "matches the reference: this bad fix is not caught " + tolerance_text(cfg), result, figures)
 
 
@@ -62,6 +66,11 @@ def memory_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings)
     judged = memory_judged(phase, phase, case, cfg, settings)
     if judged.status == "over_budget":
         return dataclasses.replace(judged, status="flagged", ok=True, message="flagged: " + judged.message)
+    if judged.status in ("within_budget", "inconclusive") and not failure_holds(case, cfg, settings.device):
+        return dataclasses.replace(judged, status="not_applicable", ok=True, message=f"not flagged ({judged.status}) on a run where the case's failure does not occur ({ABSENT}): " + judged.message)
     if judged.status in ("within_budget", "inconclusive"):
         return dataclasses.replace(judged, status="missed", ok=False, message=f"not flagged ({judged.status}): " + judged.message)
     return judged
+
+
+ABSENT = "this torch or this compile mode, as its symptom's appears_in, fixed_in and modes say"

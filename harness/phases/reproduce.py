@@ -30,11 +30,11 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
     if result.status != "returned":
         return abnormal("reproduce", result)
     failure, context_after, _, warned = result.value
-    expected = symptom.expected_on(torch.__version__)
+    expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
     said = {"warnings": warned} if warned else {}
     if failure is None:
         if not expected:
-            return record_of("reproduce", symptom.clean_status(torch.__version__), True, f"buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()})", result, said)
+            return record_of("reproduce", symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)), True, f"buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})", result, said)
         return record_of("reproduce", "not_reproduced", False, f"buggy ran without error on torch {torch.__version__}", result, said)
     figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where, **failure.figures, **said}
     figures.setdefault("traceback", failure.traceback)  # the frames tell cases with one error text apart (harness.triage)
@@ -57,7 +57,7 @@ def reproduce_silent(symptom: WrongResult | Warns, cfg: DictConfig, result: Chil
     if result.status != "returned":
         return abnormal("reproduce", result)
     failure, _, compared, warned = result.value
-    expected = symptom.expected_on(torch.__version__)
+    expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
     figures: dict[str, Any] = {"warnings": warned, **(compared or {})}
     if failure is not None:
         figures.update(error=failure.headline, raised_at=failure.where, traceback=failure.traceback)
@@ -67,7 +67,7 @@ def reproduce_silent(symptom: WrongResult | Warns, cfg: DictConfig, result: Chil
     if isinstance(symptom, Warns):
         if warning is not None:
             return record_of("reproduce", "warned", expected, warning, result, figures)
-        return record_of("reproduce", symptom.clean_status(torch.__version__) if not expected else "not_reproduced", not expected, f"buggy ran without the warning /{symptom.warning}/ on torch {torch.__version__}", result, figures)
+        return record_of("reproduce", symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)) if not expected else "not_reproduced", not expected, f"buggy ran without the warning /{symptom.warning}/ on torch {torch.__version__}", result, figures)
     wrong = not compared["match"]
     if wrong and (symptom.warning is None or warning is not None):
         said = f"returned a wrong result: {difference(compared)}" + (f"; warned {warning}" if warning else "")
@@ -75,7 +75,7 @@ def reproduce_silent(symptom: WrongResult | Warns, cfg: DictConfig, result: Chil
     if wrong:
         return record_of("reproduce", "wrong_failure", False, f"returned a wrong result, without the warning /{symptom.warning}/: {difference(compared)}", result, figures)
     if not expected:
-        return record_of("reproduce", symptom.clean_status(torch.__version__), True, f"buggy returned the reference's output, as expected on torch {torch.__version__} (it fails {symptom.range_text()})", result, figures)
+        return record_of("reproduce", symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)), True, f"buggy returned the reference's output, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})", result, figures)
     return record_of("reproduce", "not_reproduced", False, f"buggy returned the reference's output {tolerance_text(cfg)} on torch {torch.__version__}", result, figures)
 
 
@@ -95,7 +95,7 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
     """
     mode = compile_axis.mode_of(cfg)
     symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
-    expected = symptom.expected_on(torch.__version__)
+    expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
     if result.status == "signalled":
         native = compile_axis.native_message(result.output)
         figures = {"signal": result.signal, "native_message": native, "same_as_eager": False}
@@ -106,7 +106,7 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
     failure, context_after, silent, _ = result.value
     if failure is None:
         if not expected:
-            return record_of("reproduce", symptom.clean_status(torch.__version__), True, f"compiled buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()})", result)
+            return record_of("reproduce", symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)), True, f"compiled buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})", result)
         if silent["match"]:
             return record_of("reproduce", "not_reproduced", False, f"compiled buggy returned the reference's output on torch {torch.__version__}", result, silent)
         message = f"returned an output under {mode} where eager raises {symptom.exception}: {difference(silent)}"
@@ -148,3 +148,7 @@ def _first_matching_line(pattern: str, output: str) -> str | None:
         if re.search(pattern, line):
             return line.strip()[:500]
     return None
+
+
+def _modes_text(symptom: Any) -> str:
+    return "" if getattr(symptom, "modes", None) is None else f", under compile={'/'.join(symptom.modes)}"
