@@ -267,12 +267,15 @@ def _behaviour_key(record: Record) -> tuple[str, str | None]:
     return record.statuses.get("reproduce", "-"), folded(_symptom_text(record))
 
 
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _symptom_text(record: Record) -> str | None:
     """The reproduce error, or for a process a native error killed, its telling line (harness/compiled.py); for a
     failure that raises nothing (a wrong result, a warning), the warning that named it."""
     figures = record.figures.get("reproduce", {})
     if figures.get("error"):
-        return figures["error"]
+        return ANSI_ESCAPE.sub("", figures["error"])  # torch's own bold (UnpicklingError's "do those steps only if ...")
     if figures.get("warning"):
         return figures["warning"]
     if figures.get("native_message"):
