@@ -2,6 +2,7 @@
 
 import ctypes
 import os
+import signal
 import subprocess
 import time
 
@@ -124,3 +125,31 @@ def test_a_confined_child_compiles_into_its_grade_s_kernel_folder_and_nowhere_el
     folder, scratch = run_isolated(kernel_folder, timeout_s=60, confined=Limits()).value
     assert folder.startswith(scratch + os.sep)  # no grade folder given: a folder of its own
     assert run_isolated(kernel_folder, timeout_s=60).value[0] == str(compile_axis.cache_dir(private=False))  # unconfined: the harness's cache
+
+
+def signal_own_then_outside():
+    """A process the confined child started signals the child (its own: allowed), then the child probes its parent,
+    the fork server, with signal 0 (outside its own: refused)."""
+    got = []
+    signal.signal(signal.SIGUSR1, lambda *_: got.append("usr1"))
+    worker = os.fork()
+    if worker == 0:
+        try:
+            os.kill(os.getppid(), signal.SIGUSR1)
+            os._exit(0)
+        except PermissionError:
+            os._exit(1)
+    _, status = os.waitpid(worker, 0)
+    time.sleep(0.05)
+    try:
+        os.kill(os.getppid(), 0)
+        outside = "sent"
+    except PermissionError:
+        outside = "refused"
+    return os.waitstatus_to_exitcode(status), got, outside
+
+
+def test_a_confined_child_signals_its_own_processes_and_nothing_else():
+    result = run_isolated(signal_own_then_outside, timeout_s=60, confined=Limits())
+    assert result.status == "returned" and result.value == (0, ["usr1"], "refused"), (result.summary, result.value)
+    assert len(result.refused_writes) == 1 and result.refused_writes[0].startswith("kill signal 0 to pid "), result.refused_writes  # the probe, logged for the integrity check

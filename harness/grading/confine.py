@@ -118,6 +118,7 @@ AUDITED_WRITES = {
 
 def _write_guard(writable: tuple[str, ...], refused_log: str):
     scratch = writable[0]
+    confined_root = os.getpid()  # the confined child: it and every process it starts are the submission's own
     allowed = (*(root + os.sep for root in writable), *(root + os.sep for root in WRITABLE_BESIDE_SCRATCH))
     log_fd = os.open(refused_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
@@ -131,9 +132,9 @@ def _write_guard(writable: tuple[str, ...], refused_log: str):
 
     def guard(event: str, args: tuple) -> None:
         if event in ("os.kill", "os.killpg"):
-            target = _outside_own_processes(event, *args[:2])
+            target = _outside_own_processes(confined_root, event, *args[:2])
             if target is not None:
-                os.write(log_fd, f"signal {target}\n".encode(errors="replace"))
+                os.write(log_fd, f"kill {target}\n".encode(errors="replace"))
                 raise PermissionError(f"grading: sending {target} is refused (a submission may signal only itself and its own children)")
             return
         if event == "open":
@@ -152,14 +153,15 @@ def _write_guard(writable: tuple[str, ...], refused_log: str):
     return guard
 
 
-def _outside_own_processes(event: str, target: int, signal_number: int) -> str | None:
-    """How a signal to a process (group) outside the child's own reads ("SIGKILL to pid 12 (python)"), or None for
-    its own: itself, its process group, its descendants. Landlock (ABI 6) refuses the same below Python."""
+def _outside_own_processes(confined_root: int, event: str, target: int, signal_number: int) -> str | None:
+    """How a signal to a process (group) outside the submission's own reads ("SIGKILL to pid 12 (python)"), or None
+    for its own: the confined child and everything it started (a worker may signal the rank that started it), and the
+    child's process group. Landlock (ABI 6) draws the same line below Python: the confined child's domain."""
     own_group = os.getpgrp()
     if event == "os.killpg" or target < 0:
         group = abs(target) if target else own_group
         return None if group == own_group else f"{_signal_name(signal_number)} to process group {group}"
-    if target in (0, os.getpid()) or target in descendants_of(os.getpid()):
+    if target in (0, os.getpid(), confined_root) or target in descendants_of(confined_root):
         return None
     return f"{_signal_name(signal_number)} to pid {target} ({_process_name(target)})"
 
@@ -173,7 +175,7 @@ def _signal_name(number: int) -> str:
 
 def refused_writes(refused_log: str) -> list[str]:
     """What the child's guard refused, read by the parent from the child's scratch directory: each write outside its
-    scratch directory ("open <path>") and each signal to a process outside its own ("signal SIGKILL to pid ...")."""
+    scratch directory ("open <path>") and each signal to a process outside its own ("kill SIGKILL to pid ...")."""
     try:
         with open(refused_log, encoding="utf-8", errors="replace") as log:
             return list(dict.fromkeys(line.strip() for line in log if line.strip()))[:20]

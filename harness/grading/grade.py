@@ -442,7 +442,7 @@ def integrity(before: dict[str, bytes], record: CaseRecord) -> PhaseRecord:
     }
     if changed:
         return PhaseRecord("integrity", "tampered", False, f"the grade changed {', '.join(changed[:3])}: restored from the copy read before grading", figures)
-    signals = [line.removeprefix("signal ") for line in refused if line.startswith("signal ")]
+    signals = [line.removeprefix("kill ") for line in refused if line.startswith("kill ")]
     if signals:
         return PhaseRecord("integrity", "signalled_outside_sandbox", False, f"the submission tried to signal a process outside its own (refused): {'; '.join(signals[:3])}", figures)
     if refused:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
+import torch
 from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
@@ -53,8 +54,6 @@ def failure_holds(case: ModuleType, cfg: DictConfig, device: str) -> bool:
     """Whether the case's failure is expected on this run: its symptom holds on this torch under this compile mode.
     Where it does not (a torch before or after it, a compile mode that makes the code valid), a bad fix may be right
     and a control may show nothing: their verdicts say so instead of failing the run."""
-    import torch
-
     return symptom_on(case.symptoms[device], torch.__version__).holds(torch.__version__, compile_axis.mode_of(cfg))
 
 

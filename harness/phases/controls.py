@@ -15,6 +15,7 @@ from harness.phases.memory import memory_budget, memory_judged
 from harness.phases.speed import budget_of, time_against
 from harness.records import PhaseRecord
 
+
 def slow_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     """A correct but slower fix must be flagged by the speed verdict: `flagged`, else `missed`."""
     phase = f"{SLOW_FIX}{name}"

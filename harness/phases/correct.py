@@ -18,6 +18,7 @@ from harness.phases.common import FIXED, SLOW_FIX, SPEED_CANDIDATE, Settings, ab
 from harness.records import PhaseRecord
 from harness.timing import synchronize
 
+
 def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     result = run_isolated(_fix_in_child, cfg, settings.device, timeout_s=settings.timeout_s, confined=confinement(cfg, settings))
     if result.status != "returned":

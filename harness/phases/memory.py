@@ -20,6 +20,7 @@ from harness.phases.common import FIXED, MEMORY_BASELINE, MEMORY_FIX, Settings, 
 from harness.phases.speed import speed_config
 from harness.records import PhaseRecord
 
+
 def memory(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     """The fix's memory over `steps` steps against `memory_baseline`'s, judged against `memory.budget.<device>`."""
     reason = OmegaConf.select(cfg, "memory.not_applicable")

@@ -18,6 +18,7 @@ from harness.phases.common import Settings, abnormal, call, compiled_for, differ
 from harness.phases.memory import reproduce_growth
 from harness.records import PhaseRecord
 
+
 def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
     if isinstance(symptom, Growth):

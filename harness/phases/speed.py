@@ -27,6 +27,7 @@ from harness.phases.common import FIXED, GRADED_PAIRS, SPEED_CANDIDATE, Settings
 from harness.records import PhaseRecord
 from harness.timing import estimate_ratio, judge, steady_cpu_allocator, synchronize
 
+
 def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
     """The fix against `speed_baseline`; then, as phase "speed:<name>", each comparison in the yaml's
     `speed.also`: the fix against the case function `baseline` names, on inputs with `inputs` merged over."""
