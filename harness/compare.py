@@ -59,12 +59,19 @@ def describe(output: Any) -> str:
 MAX_NAMED = 8  # outputs named in `differing`
 
 
-def compare(got: Any, want: Any, *, atol: float, rtol: float) -> dict[str, Any]:
+def tolerance_of(tolerance: Any) -> dict[str, float]:
+    """`compare`'s keyword arguments from a case config's `tolerance` (`atol`, `rtol`, optional `scale`)."""
+    return {"atol": float(tolerance["atol"]), "rtol": float(tolerance["rtol"]), "scale": float(tolerance.get("scale") or 0.0)}
+
+
+def compare(got: Any, want: Any, *, atol: float, rtol: float, scale: float = 0.0) -> dict[str, Any]:
     """Figures of how far `got` is from `want`; `match` says whether it is within tolerance.
 
     Integer and bool tensors (indices, codes, a class map) must be equal; floating tensors
-    must satisfy |got - want| <= atol + rtol * |want| elementwise; a None (a gradient never
-    computed) matches only a None.
+    must satisfy |got - want| <= atol + scale * max|want| + rtol * |want| elementwise, max|want| over
+    that tensor (`scale`: float32's rounding of a tensor's large terms lands on its elements near zero;
+    gradients of one step span orders of magnitude, so one `atol` is too loose for the small ones or too
+    tight for the large); a None (a gradient never computed) matches only a None.
     `max_abs_diff`, `relative_error` (||got - want|| / ||want||) and `snr_db`
     (the same as a signal-to-noise ratio) are over the floating tensors; `differing` names the
     outputs that differ, each with its own figures, by their path in `want` (tensors pair up by
@@ -95,7 +102,8 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float) -> dict[str, Any]:
             max_abs_diff = max(max_abs_diff, this_max)
             error_sq += float(diff.pow(2).sum())
             reference_sq += float(w.pow(2).sum())
-            mismatched = int((~torch.isclose(g, w, atol=atol, rtol=rtol, equal_nan=True)).sum())
+            bound = atol + scale * float(w.abs().max()) if scale and w.numel() else atol
+            mismatched = int((~torch.isclose(g, w, atol=bound, rtol=rtol, equal_nan=True)).sum())
             counts["floats"] += w.numel()
             counts["mismatched_floats"] += mismatched
             if mismatched:

@@ -230,7 +230,7 @@ def on_device(case_cfg: Any, device: str) -> Any:
     if wider is None:
         return case_cfg
     merged = OmegaConf.merge(case_cfg, {})
-    merged.tolerance = {bound: max(float(case_cfg.tolerance[bound]), float(wider[bound])) for bound in ("atol", "rtol")}
+    merged.tolerance = {**merged.tolerance, **{bound: max(float(case_cfg.tolerance[bound]), float(wider[bound])) for bound in ("atol", "rtol")}}
     return merged
 
 

@@ -67,3 +67,14 @@ def test_training_outputs_name_each_gradient_and_parameter():
 
 def test_describe():
     assert describe((torch.zeros(2, 3), torch.zeros(1, dtype=torch.long))) == "(2, 3) float32, (1,) int64"
+
+
+def test_a_scaled_tolerance_follows_each_tensor_s_largest_magnitude():
+    """Rounding of a large tensor's terms lands on its elements near zero; a small tensor keeps a tight bound."""
+    want = {"large": torch.tensor([4e-2, 0.0]), "small": torch.tensor([1e-5, 1e-6])}
+    rounding = {"large": torch.tensor([4e-2, 6e-8]), "small": torch.tensor([1e-5, 1e-6])}
+    assert not compare(rounding, want, atol=2e-9, rtol=1e-4)["match"]
+    assert compare(rounding, want, atol=2e-9, rtol=1e-4, scale=1e-5)["match"]
+    off = {"large": torch.tensor([4e-2, 0.0]), "small": torch.tensor([1e-5, 1.05e-6])}  # a small gradient 5% off
+    assert not compare(off, want, atol=2e-9, rtol=1e-4, scale=1e-5)["match"]  # what a loose atol (2e-7) would let through
+    assert compare(off, want, atol=2e-7, rtol=1e-4)["match"]

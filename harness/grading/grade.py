@@ -66,7 +66,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import REQUIRED_SECTIONS, ROOT, load_case, symptom_on
-from harness.compare import compare, flatten_tensors, named_tensors, snapshot
+from harness.compare import compare, flatten_tensors, named_tensors, snapshot, tolerance_of
 from harness.grading.confine import Limits
 from harness.isolate import ChildResult, run_isolated
 from harness.phases import Settings, fix_under_test, memory_budget, speed_config
@@ -286,10 +286,10 @@ def _judge_in_child(cfg: DictConfig, device: str, sent: bytes) -> tuple[str, str
         got = torch.load(io.BytesIO(sent), weights_only=True)
     except Exception as error:  # noqa: BLE001 - anything but plain tensors and values
         return "wrong_output", f"its output could not be read back as plain tensors ({type(error).__name__})", {}
-    return judge(got["output"], want, got["inputs"], pristine, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol)
+    return judge(got["output"], want, got["inputs"], pristine, **tolerance_of(cfg.tolerance))
 
 
-def judge(output: list, reference: Any, inputs_after: dict, pristine: dict, *, atol: float, rtol: float) -> tuple[str, str, dict[str, Any]]:
+def judge(output: list, reference: Any, inputs_after: dict, pristine: dict, *, atol: float, rtol: float, scale: float = 0.0) -> tuple[str, str, dict[str, Any]]:
     """(status, message, figures): the first check the output (its tensors in order, a None where a gradient was never
     computed) fails against the reference's output, or "passed"."""
     want = [tensor for _, tensor in named_tensors(reference)]
@@ -302,7 +302,7 @@ def judge(output: list, reference: Any, inputs_after: dict, pristine: dict, *, a
             if getattr(got, what) != getattr(expected, what):
                 mine, theirs = _show(getattr(got, what)), _show(getattr(expected, what))
                 return "wrong_output", f"output tensor {index} has {what} {mine}, the reference {theirs}", {what: mine, f"reference_{what}": theirs}
-    figures = compare(output, reference, atol=atol, rtol=rtol)
+    figures = compare(output, reference, atol=atol, rtol=rtol, scale=scale)
     if not figures["match"]:
         return "mismatch", "", figures
     tensors_in = {path: value for path, value in inputs_after.items() if isinstance(value, torch.Tensor)}
@@ -405,7 +405,7 @@ def _judge_kept(path: str, want: list, cfg: DictConfig) -> tuple[str, str]:
         got = torch.load(path, weights_only=True)
     except Exception as error:  # noqa: BLE001 - anything but plain tensors: a subclass, an object
         return "wrong_output", f"not plain tensors ({type(error).__name__})"
-    status, message, figures = judge(got, want, {}, {}, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol)
+    status, message, figures = judge(got, want, {}, {}, **tolerance_of(cfg.tolerance))
     return status, message or (difference(figures) if status == "mismatch" else "")
 
 

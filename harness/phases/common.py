@@ -135,4 +135,6 @@ def difference(figures: dict[str, Any]) -> str:
 
 
 def tolerance_text(cfg: DictConfig) -> str:
-    return f"(atol {cfg.tolerance.atol}, rtol {cfg.tolerance.rtol}; integers exact)"
+    scale = cfg.tolerance.get("scale")
+    scaled = f" + {scale} x each tensor's largest magnitude" if scale else ""
+    return f"(atol {cfg.tolerance.atol}{scaled}, rtol {cfg.tolerance.rtol}; integers exact)"

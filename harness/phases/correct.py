@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
 from harness.cases import load_case
-from harness.compare import compare, describe
+from harness.compare import compare, tolerance_of, describe
 from harness.isolate import Failure, run_isolated
 from harness.phases.common import FIXED, SLOW_FIX, SPEED_CANDIDATE, Settings, abnormal, call, case_function, compiled_for, confinement, difference, fix_under_test, record_of, tolerance_text
 from harness.records import PhaseRecord
@@ -108,4 +108,4 @@ def compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dict
     want, failure = call(case.speed_reference if partial else case.reference, fresh, device)
     if failure is not None:
         raise RuntimeError(f"the reference itself failed: {failure.headline}")
-    return compare(got, want, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol), None
+    return compare(got, want, **tolerance_of(cfg.tolerance)), None

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
 from harness.cases import Growth, Warns, WrongResult, load_case, symptom_on
-from harness.compare import compare
+from harness.compare import compare, tolerance_of
 from harness.isolate import ChildResult, Failure, run_isolated
 from harness.phases.common import Settings, abnormal, call, compiled_for, difference, record_of, tolerance_text
 from harness.phases.memory import reproduce_growth
@@ -136,7 +136,7 @@ def _reproduce_in_child(cfg: DictConfig, device: str, silent: bool) -> tuple[Fai
         if compile_axis.mode_of(cfg) == "off" and not silent:
             return None, None, None, warned
         want, _ = call(case.reference, case.make_inputs(cfg, device), device)  # fresh: buggy may have advanced its inputs' state
-        return None, None, compare(output, want, atol=cfg.tolerance.atol, rtol=cfg.tolerance.rtol), warned
+        return None, None, compare(output, want, **tolerance_of(cfg.tolerance)), warned
     if device != "cuda":
         return failure, None, None, warned
     # A device-side assert is sticky: an unrelated op in the same process fails too.
