@@ -2,11 +2,13 @@
 It uses only what the buggy code already uses from its case (helpers the model solution alone needs are
 tripwired while a submitted fix runs)."""
 
+import torch
 import torch.nn.functional as F
 
 from cases import graph_kept_alive as graph_case
 
 
+@torch.inference_mode()
 def graph_kept_alive(x):
     """The whole batch in inference mode (a decorator, not a no_grad block); the loss by the functional form, summed
     into a fresh tensor rather than in place."""
