@@ -38,7 +38,9 @@ name. The module provides plain names, no base class:
 The memory phase calls a function `memory.steps` times on one inputs object (harness/memory.py): a case whose
 failure grows with steps writes `buggy`, `fixed`, its controls and baselines as one training step on `inputs`
 (model, optimizer, carried state in `inputs`) that may be called again and again. Its symptom on a device
-where nothing raises is `Growth(at_least=...)`: memory retained per step, measured.
+where nothing raises is `Growth(at_least=...)`: memory retained per step, measured. A failure that raises nothing
+is `WrongResult` (the output differs from `reference`) or `Warns`; one that is only slow is `Slow` (timed against
+the fix); `Versions` chains symptoms over torch releases.
 
 An exception raised by `buggy` may carry a `figures` dict of plain values (e.g.
 how long teardown took); the reproduce record keeps them.
@@ -196,7 +198,23 @@ class Warns(_Ranged):
     modes: tuple[str, ...] | None = None
 
 
-AnySymptom = Symptom | Growth | WrongResult | Warns
+@dataclass(frozen=True)
+class Slow(_Ranged):
+    """A failure that is time: `buggy` returns the reference's output (within the case's tolerance) and takes more
+    than `at_least` x the time of `baseline` (a case function, `fixed` by default) on the speed inputs, judged as the
+    speed phase judges a fix: reproduced when the ratio's interval lies above `at_least`, never on a point ratio.
+    `log`, when set, is a regex searched in what torch warned or logged during the buggy call ("torch._dynamo hit
+    config.recompile_limit"); the record keeps those lines verbatim and the graphs dynamo compiled."""
+
+    at_least: float
+    log: str | None = None
+    baseline: str = "fixed"
+    fixed_in: str | None = None
+    appears_in: str | None = None
+    modes: tuple[str, ...] | None = None
+
+
+AnySymptom = Symptom | Growth | WrongResult | Warns | Slow
 
 
 class Versions:

@@ -171,21 +171,22 @@ def quiet_progress_bar_lock() -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def compiled(function: Callable, cfg: Any, *, fullgraph: bool = False) -> Callable:
+def compiled(function: Callable, cfg: Any, *, fullgraph: bool = False, dynamic: bool | None = None) -> Callable:
     """`function` (or an nn.Module) as the config's compile mode runs it: itself when off, else
     `torch.compile(function, backend=...)`, its CPU kernels generated for the config's `kernel_threads`."""
-    return under(mode_of(cfg), function, fullgraph=fullgraph, kernel_threads=cfg.get("kernel_threads"))
+    return under(mode_of(cfg), function, fullgraph=fullgraph, dynamic=dynamic, kernel_threads=cfg.get("kernel_threads"))
 
 
-def under(mode: str, function: Callable, *, fullgraph: bool = False, kernel_threads: int | None = None) -> Callable:
-    """`function` (or an nn.Module) compiled with backend `mode`; itself when `mode` is off. A confined child (a
-    grade's) has its kernel folder set by confinement (harness/grading/confine.py), which `prepare` follows."""
+def under(mode: str, function: Callable, *, fullgraph: bool = False, dynamic: bool | None = None, kernel_threads: int | None = None) -> Callable:
+    """`function` (or an nn.Module) compiled with backend `mode` (torch.compile's `fullgraph` and `dynamic` as given);
+    itself when `mode` is off. A confined child (a grade's) has its kernel folder set by confinement
+    (harness/grading/confine.py), which `prepare` follows."""
     if mode == "off":
         return function
     import torch
 
     prepare(private=False, kernel_threads=kernel_threads)
-    return torch.compile(function, backend=mode, fullgraph=fullgraph)
+    return torch.compile(function, backend=mode, fullgraph=fullgraph, dynamic=dynamic)
 
 
 def requested(arguments: list[str]) -> bool:

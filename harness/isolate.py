@@ -357,10 +357,19 @@ def _use_a_stdlib_start_method() -> None:
         multiprocessing.set_start_method(multiprocessing.get_all_start_methods()[0], force=True)
 
 
+def _users_start_method() -> None:
+    """A child of the fork server inherits "forkserver" as its default start method (multiprocessing's preparation
+    data names it); a user's process has the platform's default (fork on Linux before Python 3.14). Case code that
+    starts processes with the default (a DataLoader's workers) starts them as a user's process would: forked
+    workers share the parent's pages copy-on-write, where forkserver's would each unpickle a copy."""
+    multiprocessing.set_start_method(None, force=True)
+
+
 def _child_main(function, args, kwargs, paths: dict[str, str], work: str, confined: Limits | None) -> None:
     exit_code = 0
     try:
         os.setpgid(0, 0)
+        _users_start_method()
         output_fd = os.open(paths["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)

@@ -25,6 +25,11 @@ Sources, per device:
           Retained growth is judged in whichever of the two series the fix outgrows its baseline most; the
           peak is the mark.
 
+Processes the child starts (DataLoader workers) are measured where their memory grows: after each step the parent
+sums the proportional set size of every descendant of the child (`workers_memory`, /proc/<pid>/smaps_rollup), a
+series ("workers_pss") judged beside the child's own; the unique set size, the pages a worker copied, is kept too.
+The workers are the child's: the isolation layer bounds them in time and kills whatever the child leaves.
+
 Figures are bytes above the level before the first measured step: `retained[i]` after step i, `peak[i]` the
 highest during step i. The growth per step is the least-squares slope of `retained` over the steps, with a
 Student t interval (level `level`): memory is nearly deterministic, so the interval is usually narrow, and
@@ -43,6 +48,7 @@ from typing import Any, Callable
 
 import torch
 
+from harness.grading.confine import descendants_of
 from harness.timing import student_t_quantile, synchronize
 
 MMAP_THRESHOLD = 64 << 10  # blocks this large or larger are mmapped, and unmapped when freed
@@ -105,6 +111,30 @@ def resident(pid: int) -> dict[str, int]:
     return {"rss": found["VmRSS"], "hwm": found["VmHWM"]}
 
 
+def workers_memory(pid: int) -> dict[str, int]:
+    """The memory of every process `pid` started and its own started (DataLoader workers, ranks), summed: the
+    proportional set size (`pss`: each shared page divided among the processes that map it, so the sum is what they
+    cost together) and the unique set size (`uss`: pages no other process maps, the copies a worker made of pages it
+    shared with its parent), from /proc/<pid>/smaps_rollup (Linux >= 4.14); empty when it started none. A process
+    that exits between the listing and the reading is left out."""
+    pss = uss = workers = 0
+    for worker in descendants_of(pid):
+        found = {}
+        try:
+            with open(f"/proc/{worker}/smaps_rollup") as rollup:
+                for line in rollup:
+                    key, _, value = line.partition(":")
+                    if key in ("Pss", "Private_Clean", "Private_Dirty"):
+                        found[key] = int(value.split()[0]) * 1024
+        except (OSError, ValueError):
+            continue
+        if "Pss" in found:
+            workers += 1
+            pss += found["Pss"]
+            uss += found.get("Private_Clean", 0) + found.get("Private_Dirty", 0)
+    return {"workers": workers, "pss": pss, "uss": uss} if workers else {}
+
+
 def reset_peak(pid: int) -> bool:
     """Reset the resident high-water mark of `pid` to its resident set now (Linux >= 4.0); False where refused."""
     try:
@@ -164,14 +194,14 @@ def drive_steps(connection, pid: int, deadline: float, device: str) -> dict[str,
         if "end" in said:
             return {"rows": rows, "hwm_reset": resettable}
         if "before" in said:
-            row = {"before": said}
+            row = {"before": said, "workers_before": workers_memory(pid)}
             if device == "cpu":
                 row["rss_before"] = resident(pid)["rss"]
                 resettable = reset_peak(pid) and resettable
             rows.append(row)
             connection.send_bytes(b"go")
         else:
-            rows[-1]["after"] = said
+            rows[-1].update(after=said, workers=workers_memory(pid))
             if device == "cpu":
                 rows[-1].update(resident(pid))
             connection.send_bytes(b"read")
@@ -210,7 +240,8 @@ class StepMemory:
     retained: list[int]  # after each step: malloc'd bytes (cpu, glibc) or allocated bytes (cuda); else the resident set
     peak: list[int]  # the highest during each step: resident high-water mark (cpu) or max allocated (cuda)
     rss_retained: list[int] | None  # cpu: the resident set after each step
-    fits: dict[str, Slope]  # the slope of each retained series: "malloc" and "rss" (cpu), "allocated" (cuda)
+    fits: dict[str, Slope]  # the slope of each retained series: "malloc" and "rss" (cpu), "allocated" (cuda), "workers_pss"
+    workers: dict[str, list[int]] | None = None  # the processes it started (DataLoader workers): count, summed PSS and USS after each step
 
     @property
     def growth_series(self) -> str:
@@ -229,17 +260,21 @@ class StepMemory:
         figures = {"retained": self.retained, "peak": self.peak, "max_peak": self.max_peak, "growth_series": self.growth_series, **self.growth.figures()}
         if self.rss_retained is not None:
             figures["rss_retained"] = self.rss_retained
+        if self.workers is not None:
+            figures["workers"] = self.workers
         figures["slopes"] = {name: fit.figures() for name, fit in self.fits.items()}
         return figures
 
 
 def step_memory(talked: dict[str, Any], device: str, level: float) -> StepMemory:
     rows = talked["rows"]
+    workers = _workers_series(rows)
+    worker_fits = {"workers_pss": fit_slope(workers["pss"], level)} if workers else {}
     if device == "cuda":
         level0 = rows[0]["before"]["allocated"]
         retained = [row["after"]["allocated"] - level0 for row in rows]
         peak = [row["after"]["max_allocated"] - level0 for row in rows]
-        return StepMemory(device, retained, peak, None, {"allocated": fit_slope(retained, level)})
+        return StepMemory(device, retained, peak, None, {"allocated": fit_slope(retained, level), **worker_fits}, workers)
     rss0 = rows[0]["rss_before"]
     peak = [row["hwm"] - rss0 for row in rows]
     rss_retained = [row["rss"] - rss0 for row in rows]
@@ -249,7 +284,21 @@ def step_memory(talked: dict[str, Any], device: str, level: float) -> StepMemory
         in_use0 = rows[0]["before"]["in_use"]
         retained = [row["after"]["in_use"] - in_use0 for row in rows]
         fits["malloc"] = fit_slope(retained, level)
-    return StepMemory(device, retained, peak, rss_retained, fits)
+    return StepMemory(device, retained, peak, rss_retained, {**fits, **worker_fits}, workers)
+
+
+def _workers_series(rows: list[dict[str, Any]]) -> dict[str, list[int]] | None:
+    """The workers' summed PSS and USS after each step, above their level before the first measured step; None where
+    the function started no process that lived through every step (a worker measured after some steps only is no
+    series: its growth cannot be told from its birth)."""
+    if not rows[0].get("workers_before") or not all(row.get("workers") for row in rows):
+        return None
+    first = rows[0]["workers_before"]
+    return {
+        "count": [row["workers"]["workers"] for row in rows],
+        "pss": [row["workers"]["pss"] - first["pss"] for row in rows],
+        "uss": [row["workers"]["uss"] - first["uss"] for row in rows],
+    }
 
 
 # -- the verdict ------------------------------------------------------------------------------------------

@@ -75,3 +75,31 @@ def measure_in_child(pattern: str, steps: int, warmup: int, *, connection):
 def measure_on_cuda_in_child(steps: int, *, connection):
     state = {"kept": []}
     memory.serve_steps(connection, lambda s: s["kept"].append(torch.ones(MIB // 4, device="cuda")), state, "cuda", steps, 1)
+
+
+def _worker(connection, grow: bool) -> None:
+    kept = []
+    while connection.recv() == "step":
+        if grow:
+            kept.append(bytearray(b"\1" * MIB))  # 1 MiB written in the worker each step
+        connection.send("done")
+
+
+def _step_in_a_worker(state, grow: bool):
+    if "worker" not in state:  # started in the warm-up, as a DataLoader starts its workers on the first batch
+        import multiprocessing
+
+        ours, theirs = multiprocessing.get_context("fork").Pipe()
+        state["worker"] = multiprocessing.get_context("fork").Process(target=_worker, args=(theirs, grow), daemon=True)
+        state["worker"].start()
+        state["to_worker"] = ours
+    state["to_worker"].send("step")
+    state["to_worker"].recv()
+
+
+def worker_keeps_one_mib(state):
+    _step_in_a_worker(state, True)
+
+
+def worker_keeps_nothing(state):
+    _step_in_a_worker(state, False)

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from harness.cases import ROOT, case_names
 from harness.cli import EXIT_NO_DEVICE, launcher_installed
-from harness.phases import FAILURE_REPRODUCED
+from harness.phases import CLEAN_RUN, FAILURE_REPRODUCED
 from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, JOB_STATUS, SWEEP_TOKEN, report_sweep, sweep_jobs
 from harness.records import CaseRecord, PhaseRecord, write_record
 from harness.records import load_record
@@ -126,7 +126,7 @@ def test_local_parallel_runs_every_case_in_worker_processes(tmp_path):
     assert len({job["pid"] for job in jobs}) == 2  # two loky workers, each with its own fork server
     for job in jobs:
         record = json.loads((tmp_path / "multirun" / f"{job['job']}_{job['case']}" / job["record"]).read_text())
-        assert record["ok"] and record["phases"][0]["status"] in FAILURE_REPRODUCED | {"fixed_upstream", "clean_before"}, record["phases"][0]
+        assert record["ok"] and record["phases"][0]["status"] in FAILURE_REPRODUCED | CLEAN_RUN, record["phases"][0]
     summary = run.stdout[run.stdout.rindex("summary") :]
     assert all(name in summary for name in case_names())
 

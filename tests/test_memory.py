@@ -52,6 +52,17 @@ def test_memory_kept_outside_torch_is_seen(pattern):
         assert kept.growth_series == "rss"
 
 
+def test_a_worker_process_that_keeps_one_mib_a_step_is_measured_in_the_worker():
+    grows, flat = measured("worker_keeps_one_mib"), measured("worker_keeps_nothing")
+    assert grows.workers["count"] == [1] * STEPS and grows.growth_series == "workers_pss", grows.figures()
+    assert 0.95 * MIB <= grows.fits["workers_pss"].per_step <= 1.1 * MIB, grows.figures()
+    assert 0.95 * MIB <= memory.fit_slope(grows.workers["uss"], 0.95).per_step <= 1.1 * MIB, grows.figures()
+    assert abs(flat.fits["workers_pss"].per_step) < 0.05 * MIB, flat.figures()
+    assert memory.fit_slope(grows.retained, 0.95).high < 0.05 * MIB  # the child itself keeps nothing: the main process alone would miss it
+    verdict = memory.judge_memory(grows, flat, {"growth": 0.1})
+    assert verdict.status == "over_budget" and verdict.series == "workers_pss", verdict
+
+
 def test_the_verdict_flags_a_step_that_keeps_its_graph_and_passes_a_flat_one():
     baseline = measured("training_step")
     flat = measured("training_step")

@@ -154,7 +154,7 @@ def test_each_notebook_runs_top_to_bottom_on_cpu(name):
     NotebookClient(book, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(DOCS)}}).execute()
     printed = "\n".join(output.get("text", "") for cell in book.cells if cell.cell_type == "code" for output in cell.outputs)
     assert "running on cpu" in printed
-    assert re.search(r"^(reproduced|wrong_result|warned|fixed_upstream|clean_before): ", printed, re.M), printed[:2000]
+    assert re.search(r"^(reproduced|wrong_result|warned|slow|fixed_upstream|clean_before): ", printed, re.M), printed[:2000]
     assert "fix vs reference: match" in printed
     assert all(f"bad fix {bad}: rejected" in printed for bad in _bad_fix_names(name)), printed[-3000:]
     assert re.search(r"fix [\d.]+ ms, baseline [\d.]+ ms: [\d.]+x", printed)

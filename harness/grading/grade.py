@@ -65,7 +65,7 @@ from typing import Any, Iterator
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness.cases import REQUIRED_SECTIONS, ROOT, load_case, symptom_on
+from harness.cases import REQUIRED_SECTIONS, ROOT, Slow, load_case, symptom_on
 from harness.compare import compare, flatten_tensors, named_tensors, snapshot, tolerance_of
 from harness.grading.confine import Limits
 from harness.isolate import ChildResult, run_isolated
@@ -219,7 +219,7 @@ def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings)
         if phase == "fix":
             yield _name_the_symptom(record, case, settings.device)
         elif record.phase == "speed" or record.phase.startswith("speed:"):
-            yield _flag_implausibly_fast(check_timed_outputs(record, cfg, settings))
+            yield _name_the_slow_symptom(_flag_implausibly_fast(check_timed_outputs(record, cfg, settings)), case, settings.device)
         elif record.phase == "memory" and record.status == "inconclusive":
             yield dataclasses.replace(record, status="undecided", ok=False, message=record.message + "; a grade must be decisive")
         else:
@@ -456,10 +456,18 @@ def _name_the_symptom(record: PhaseRecord, case: ModuleType, device: str) -> Pha
     """A fix that still raises the case's own error says so: the bug is still there."""
     symptom = symptom_on(case.symptoms[device], torch.__version__)
     raised = record.message.partition(":")[0]
-    if not hasattr(symptom, "exception"):  # `Growth`, `WrongResult`, `Warns`: nothing raised
+    if not hasattr(symptom, "exception"):  # `Growth`, `WrongResult`, `Warns`, `Slow`: nothing raised
         return record
     if record.status == "raised" and (raised == symptom.exception or re.search(symptom.message, record.message)):
         return dataclasses.replace(record, message=f"{record.message} (the case's own symptom: the bug is still there)")
+    return record
+
+
+def _name_the_slow_symptom(record: PhaseRecord, case: ModuleType, device: str) -> PhaseRecord:
+    """A fix of a case whose failure is time (`Slow`), timed over budget: the case's own symptom, still there."""
+    symptom = symptom_on(case.symptoms[device], torch.__version__)
+    if isinstance(symptom, Slow) and record.status == "over_budget":
+        return dataclasses.replace(record, message=f"{record.message} (the case's own symptom, slow: the bug is still there)")
     return record
 
 

@@ -3,7 +3,8 @@
     reproduce  run `buggy`; expect the device's symptom on this torch (harness/cases.py: `symptom_on`; outside the
                symptom's range of torch versions, `appears_in` to `fixed_in`, a clean run)
                reproduced | not_reproduced | fixed_upstream | clean_before | wrong_failure | crashed | timeout | error; a failure
-               that raises nothing: wrong_result (`WrongResult`: differs from `reference`) | warned (`Warns`)
+               that raises nothing: wrong_result (`WrongResult`: differs from `reference`) | warned (`Warns`) | slow
+               (`Slow`: right, and timed over `at_least` x the fix) | inconclusive
     fix        run `fixed` on the same inputs; it must not raise
                passed | raised | crashed | timeout | error
     correct    compare `fixed` with `reference`
@@ -50,11 +51,11 @@ from harness.phases.common import FIXED, PHASES, Settings, SpeedSettings, fix_un
 from harness.phases.controls import bad_fix, memory_fix, slow_fix
 from harness.phases.correct import correct, fix
 from harness.phases.memory import memory, memory_budget, memory_config
-from harness.phases.reproduce import FAILURE_REPRODUCED, reproduce
+from harness.phases.reproduce import CLEAN_RUN, FAILURE_REPRODUCED, reproduce
 from harness.phases.speed import speed, speed_config
 from harness.records import PhaseRecord
 
-__all__ = ["FAILURE_REPRODUCED", "FIXED", "PHASES", "Settings", "SpeedSettings", "bad_fix", "correct", "fix", "fix_under_test", "memory", "memory_budget", "memory_config", "memory_fix", "reproduce", "run_phase", "slow_fix", "speed", "speed_config"]
+__all__ = ["CLEAN_RUN", "FAILURE_REPRODUCED", "FIXED", "PHASES", "Settings", "SpeedSettings", "bad_fix", "correct", "fix", "fix_under_test", "memory", "memory_budget", "memory_config", "memory_fix", "reproduce", "run_phase", "slow_fix", "speed", "speed_config"]
 
 
 def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:

@@ -21,6 +21,7 @@ from harness.timing import synchronize
 
 PHASES = ("reproduce", "fix", "correct", "speed", "slow_fixes", "bad_fixes", "memory", "memory_fixes")
 FIXED = "fixed"
+BUGGY = "buggy"
 SPEED_CANDIDATE = "speed_candidate"
 SLOW_FIX = "slow_fix:"
 MEMORY_FIX = "memory_fix:"
@@ -69,12 +70,14 @@ def confinement(cfg: DictConfig, settings: Settings) -> Limits | None:
 
 
 def case_function(case: ModuleType, name: str, cfg: DictConfig) -> Callable[[Any], Any]:
-    """The case function a phase runs: FIXED, SPEED_CANDIDATE (default `fixed`), "slow_fix:<name>", or a bad
+    """The case function a phase runs: FIXED, SPEED_CANDIDATE (default `fixed`), BUGGY, "slow_fix:<name>", or a bad
     fix's name. When grading, FIXED and SPEED_CANDIDATE are the submitted fix (`fix_under_test`)."""
     if name == FIXED or (name == SPEED_CANDIDATE and submission_of(cfg) is not None):
         return fix_under_test(case, cfg)
     if name == SPEED_CANDIDATE:
         return getattr(case, SPEED_CANDIDATE, case.fixed)
+    if name == BUGGY:  # timed against the fix where the failure is time (`Slow`)
+        return case.buggy
     if name.startswith(SLOW_FIX):
         return case.slow_fixes[name.removeprefix(SLOW_FIX)]
     return case.bad_fixes[name]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 import warnings
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -11,11 +14,12 @@ import torch
 from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
-from harness.cases import Growth, Warns, WrongResult, load_case, symptom_on
+from harness.cases import Growth, Slow, Warns, WrongResult, load_case, symptom_on
 from harness.compare import compare, tolerance_of
 from harness.isolate import ChildResult, Failure, run_isolated
-from harness.phases.common import Settings, abnormal, call, compiled_for, difference, record_of, tolerance_text
+from harness.phases.common import BUGGY, Settings, abnormal, call, compiled_for, difference, record_of, tolerance_text
 from harness.phases.memory import reproduce_growth
+from harness.phases.speed import time_against
 from harness.records import PhaseRecord
 
 
@@ -23,16 +27,19 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
     symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
     if isinstance(symptom, Growth):
         return reproduce_growth(case, cfg, settings)
-    result = run_isolated(_reproduce_in_child, cfg, settings.device, isinstance(symptom, (WrongResult, Warns)), timeout_s=settings.timeout_s)
+    result = run_isolated(_reproduce_in_child, cfg, settings.device, isinstance(symptom, (WrongResult, Warns, Slow)), timeout_s=settings.timeout_s)
+    if isinstance(symptom, Slow):
+        return reproduce_slow(symptom, cfg, settings, result)
     if isinstance(symptom, (WrongResult, Warns)):
         return reproduce_silent(symptom, cfg, result)
     if compile_axis.mode_of(cfg) != "off":
         return reproduce_compiled(case, cfg, settings, result)
     if result.status != "returned":
         return abnormal("reproduce", result)
-    failure, context_after, _, warned = result.value
+    seen: BuggyRun = result.value
+    failure, context_after = seen.failure, seen.context_after
     expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
-    said = {"warnings": warned} if warned else {}
+    said = seen.said()
     if failure is None:
         if not expected:
             return record_of("reproduce", symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)), True, f"buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})", result, said)
@@ -57,9 +64,10 @@ def reproduce_silent(symptom: WrongResult | Warns, cfg: DictConfig, result: Chil
     Every warning the call issued is kept verbatim; an error is `wrong_failure`."""
     if result.status != "returned":
         return abnormal("reproduce", result)
-    failure, _, compared, warned = result.value
+    seen: BuggyRun = result.value
+    failure, compared, warned = seen.failure, seen.compared, seen.warned
     expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
-    figures: dict[str, Any] = {"warnings": warned, **(compared or {})}
+    figures: dict[str, Any] = {"warnings": warned, **seen.said(), **(compared or {})}
     if failure is not None:
         figures.update(error=failure.headline, raised_at=failure.where, traceback=failure.traceback)
         return record_of("reproduce", "wrong_failure", False, f"{failure.headline} (expected it to return {'a wrong result' if isinstance(symptom, WrongResult) else 'with a warning'})", result, figures)
@@ -80,7 +88,8 @@ def reproduce_silent(symptom: WrongResult | Warns, cfg: DictConfig, result: Chil
     return record_of("reproduce", "not_reproduced", False, f"buggy returned the reference's output {tolerance_text(cfg)} on torch {torch.__version__}", result, figures)
 
 
-FAILURE_REPRODUCED = frozenset({"reproduced", "wrong_result", "warned", "raised", "aborted", "silent"})  # eager's statuses, then the compiled outcomes
+FAILURE_REPRODUCED = frozenset({"reproduced", "wrong_result", "warned", "slow", "raised", "aborted", "silent"})  # eager's statuses, then the compiled outcomes
+CLEAN_RUN = frozenset({"fixed_upstream", "clean_before", "clean_compiled"})  # no failure, where the case records none
 
 
 def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
@@ -104,7 +113,8 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
         return record_of("reproduce", "aborted", expected, f"{result.signal} under {mode}: {said}", result, figures)
     if result.status != "returned":
         return abnormal("reproduce", result)
-    failure, context_after, silent, _ = result.value
+    seen: BuggyRun = result.value
+    failure, context_after, silent = seen.failure, seen.context_after, seen.compared
     if failure is None:
         if not expected:
             return record_of("reproduce", symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)), True, f"compiled buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})", result)
@@ -122,26 +132,106 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
     return record_of("reproduce", "raised", expected, failure.headline + eager, result, figures)
 
 
-def _reproduce_in_child(cfg: DictConfig, device: str, silent: bool) -> tuple[Failure | None, str | None, dict | None, list[str]]:
-    """`buggy` as a user's process runs it: how it failed, the unrelated op after a CUDA error, how its output
-    compares with the reference (where it returned compiled, or the failure is `silent`), and the warnings it issued."""
+@dataclass
+class BuggyRun:
+    """What the reproduce child saw of one buggy call: how it failed, the unrelated op after a CUDA error, its output
+    against the reference (compiled, or where the failure raises nothing), every warning it issued and every line
+    torch logged at WARNING or above ("Category: message" / "logger: message", verbatim), and the graphs dynamo
+    compiled during it (a recompile is one more)."""
+
+    failure: Failure | None
+    context_after: str | None = None
+    compared: dict | None = None
+    warned: list[str] = field(default_factory=list)
+    logged: list[str] = field(default_factory=list)
+    graphs_compiled: int = 0
+
+    def said(self) -> dict[str, Any]:
+        said = {"warnings": self.warned, "logged": self.logged, "graphs_compiled": self.graphs_compiled}
+        return {key: value for key, value in said.items() if value}
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            self.lines.append(f"{record.name}: {record.getMessage()}"[:2000])
+
+
+def _torch_loggers() -> list[logging.Logger]:
+    """torch's loggers that hand their records to no parent: "torch", and those torch._logging sets up with handlers
+    of their own ("torch._dynamo", "torch._inductor", ...); a handler on each hears every torch log line once."""
+    named = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict) if name.startswith("torch.")]
+    return [logging.getLogger("torch")] + [logger for logger in named if isinstance(logger, logging.Logger) and not logger.propagate]
+
+
+def _reproduce_in_child(cfg: DictConfig, device: str, silent: bool) -> BuggyRun:
+    """`buggy` as a user's process runs it (`BuggyRun` says what is kept)."""
     case = load_case(cfg.name)
     cfg = compile_axis.as_users_run_it(cfg)  # the failure as a user's process shows it
     inputs = case.make_inputs(cfg, device)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        output, failure = call(compiled_for(case.buggy, case, cfg), inputs, device)
+    logged = _Lines()
+    listened = _torch_loggers()
+    graphs_before = compile_axis.graphs_compiled()
+    for logger in listened:
+        logger.addHandler(logged)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            output, failure = call(compiled_for(case.buggy, case, cfg), inputs, device)
+    finally:
+        for logger in listened:
+            logger.removeHandler(logged)
     warned = list(dict.fromkeys(f"{w.category.__name__}: {w.message}"[:1000] for w in caught))[:20]
+    seen = BuggyRun(failure, warned=warned, logged=list(dict.fromkeys(logged.lines))[:20], graphs_compiled=compile_axis.graphs_compiled() - graphs_before)
     if failure is None:
         if compile_axis.mode_of(cfg) == "off" and not silent:
-            return None, None, None, warned
+            return seen
         want, _ = call(case.reference, case.make_inputs(cfg, device), device)  # fresh: buggy may have advanced its inputs' state
-        return None, None, compare(output, want, **tolerance_of(cfg.tolerance)), warned
-    if device != "cuda":
-        return failure, None, None, warned
-    # A device-side assert is sticky: an unrelated op in the same process fails too.
-    _, after = call(lambda _: torch.ones(4, device=device).add(1).sum().item(), None, device)
-    return failure, ("failed too: " + after.headline) if after else "ran fine", None, warned
+        seen.compared = compare(output, want, **tolerance_of(cfg.tolerance))
+        return seen
+    if device == "cuda":  # a device-side assert is sticky: an unrelated op in the same process fails too
+        _, after = call(lambda _: torch.ones(4, device=device).add(1).sum().item(), None, device)
+        seen.context_after = ("failed too: " + after.headline) if after else "ran fine"
+    return seen
+
+
+def reproduce_slow(symptom: Slow, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
+    """A failure that is time (`Slow`): `buggy` must return the reference's output (else wrong_failure); then it is
+    timed against the symptom's baseline by the speed phase's protocol (harness/phases/speed.py) on the speed inputs:
+    `slow` when the ratio's interval lies above `at_least`, with the lines torch logged and the graphs it compiled."""
+    if result.status != "returned":
+        return abnormal("reproduce", result)
+    seen: BuggyRun = result.value
+    expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
+    figures: dict[str, Any] = {**seen.said(), **(seen.compared or {}), "at_least": symptom.at_least, "baseline_function": symptom.baseline}
+    if seen.failure is not None:
+        figures.update(error=seen.failure.headline, raised_at=seen.failure.where, traceback=seen.failure.traceback)
+        return record_of("reproduce", "wrong_failure", False, f"{seen.failure.headline} (expected it to return the right result, slowly)", result, figures)
+    if not seen.compared["match"]:
+        return record_of("reproduce", "wrong_failure", False, f"returned a wrong result (expected it right and slow): {difference(seen.compared)}", result, figures)
+    said = [line for line in seen.logged + seen.warned if symptom.log and re.search(symptom.log, line)]
+    figures["log_line"] = said[0] if said else None
+    timed = time_against("reproduce", BUGGY, symptom.at_least, cfg, settings, baseline=symptom.baseline)
+    figures.update(timed.figures)
+    seconds = round(result.seconds + timed.seconds, 4)
+    explained = (f"; {seen.graphs_compiled} graphs compiled in one call" if seen.graphs_compiled else "") + (f"; logged: {said[0].splitlines()[0]}" if said else "")
+    if timed.status == "over_budget":
+        if symptom.log and not said:
+            return PhaseRecord("reproduce", "wrong_failure", False, f"slow, but torch logged nothing like /{symptom.log}/: {timed.message}", figures, seconds, result.output)
+        message = f"correct and slow: buggy against `{symptom.baseline}` {timed.message.replace('over budget', 'over')}{explained}"
+        return PhaseRecord("reproduce", "slow", expected, message, figures, seconds, result.output)
+    if timed.status == "within_budget":
+        if expected:
+            return PhaseRecord("reproduce", "not_reproduced", False, f"buggy is not slower than {symptom.at_least}x `{symptom.baseline}` on torch {torch.__version__}: {timed.message}", figures, seconds, result.output)
+        status = symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg))
+        return PhaseRecord("reproduce", status, True, f"buggy is not slow, as expected on torch {torch.__version__} (it is slow {symptom.range_text()}{_modes_text(symptom)}): {timed.message}", figures, seconds, result.output)
+    if timed.status == "inconclusive":
+        return PhaseRecord("reproduce", "inconclusive", False, f"the interval still straddles {symptom.at_least}x: {timed.message}", figures, seconds, result.output)
+    return timed  # the timing itself broke (raised, crashed, timeout): its own record
 
 
 def _first_matching_line(pattern: str, output: str) -> str | None:

@@ -96,6 +96,8 @@ def time_against(
         )
         if graded:
             results = _graded_timing_process(talk, baseline, inputs, cfg, settings, seeds)
+        elif OmegaConf.select(cfg, "speed.apart"):
+            results = _apart_timing_process(talk, candidate, baseline, inputs, cfg, settings)
         else:
             results = {"candidate": run_isolated(_speed_in_child, candidate, baseline, inputs, cfg, settings, None, timeout_s=settings.timeout_s, talk=lambda c, pid, d: talk({"candidate": (c, pid), "baseline": (c, pid)}, d))}
         result = results["candidate"]
@@ -203,6 +205,28 @@ def _graded_timing_process(talk: Callable, baseline: str, inputs: Any, cfg: Dict
     results["baseline"] = run_isolated(_speed_in_child, FIXED, FIXED, inputs, ungraded, settings, seeds, ("baseline",), timeout_s=settings.timeout_s, talk=then("baseline", pristine_child))
     results.setdefault("pristine", results["baseline"])
     results.setdefault("candidate", results["pristine"])
+    return results
+
+
+def _apart_timing_process(talk: Callable, candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings) -> dict[str, ChildResult]:
+    """One timing process of a case whose functions share state across a process (`speed.apart` in its yaml: dynamo
+    keeps one cache of compiled code per code object, and code that hit its recompile limit there makes every later
+    compile of it run eager): each side in a child of its own, the parent driving both, their blocks in turn."""
+    results: dict[str, ChildResult] = {}
+    held: dict[str, Any] = {}
+
+    def candidate_child(connection, pid: int, deadline: float) -> Any:
+        held["baseline"] = (connection, pid)
+        try:
+            results["candidate"] = run_isolated(
+                _speed_in_child, candidate, baseline, inputs, cfg, settings, None, ("candidate",), timeout_s=settings.timeout_s,
+                talk=lambda mine, my_pid, my_deadline: talk({"candidate": (mine, my_pid), "baseline": held["baseline"]}, my_deadline),
+            )
+        finally:
+            stop(connection)
+
+    results["baseline"] = run_isolated(_speed_in_child, candidate, baseline, inputs, cfg, settings, None, ("baseline",), timeout_s=settings.timeout_s, talk=candidate_child)
+    results.setdefault("candidate", results["baseline"])
     return results
 
 

@@ -68,8 +68,8 @@ if device == "cpu":
     except Exception:
         traceback.print_exc(limit=-4)  # the innermost frames: where the error was raised
     else:
-        silent = seen.status in ("wrong_result", "warned")
-        print(f"the buggy code ran without error on torch {torch.__version__}" + (": its failure is in what it returned (above)" if silent else ""))
+        where = {"wrong_result": "what it returned", "warned": "what it warned", "slow": "its time, against the fix's"}.get(seen.status)
+        print(f"the buggy code ran without error on torch {torch.__version__}" + (f": its failure is in {where} (above)" if where else ""))
 else:
     # Here the kernel would report asynchronously and poison this process: read the record above instead.
     print("raised at:", seen.figures.get("raised_at"), "| device assertion:", seen.figures.get("output_line"))
