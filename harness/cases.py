@@ -204,11 +204,14 @@ class Slow(_Ranged):
     than `at_least` x the time of `baseline` (a case function, `fixed` by default) on the speed inputs, judged as the
     speed phase judges a fix: reproduced when the ratio's interval lies above `at_least`, never on a point ratio.
     `log`, when set, is a regex searched in what torch warned or logged during the buggy call ("torch._dynamo hit
-    config.recompile_limit"); the record keeps those lines verbatim and the graphs dynamo compiled."""
+    config.recompile_limit"); the record keeps those lines verbatim and the graphs dynamo compiled. `calls`: how many
+    calls the reproduce child makes on one inputs object (the first one's output is compared with the reference),
+    where what explains the time shows only after several (the limit is hit at the ninth new shape)."""
 
     at_least: float
     log: str | None = None
     baseline: str = "fixed"
+    calls: int = 1
     fixed_in: str | None = None
     appears_in: str | None = None
     modes: tuple[str, ...] | None = None

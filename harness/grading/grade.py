@@ -357,7 +357,7 @@ def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings
             return dataclasses.replace(record, figures=figures)
         also = record.phase.partition(":")[2]
         inputs = OmegaConf.select(cfg, f"speed.also.{also}.inputs") if also else None
-        judged = run_isolated(_judge_timed_in_child, cfg, settings.device, inputs, kept, timeout_s=settings.timeout_s)
+        judged = run_isolated(_judge_timed_in_child, cfg, settings.device, inputs, kept, settings.cpu_threads, timeout_s=settings.timeout_s)
         if judged.status != "returned":
             return abnormal(record.phase, judged)
         wrong, message = judged.value
@@ -371,9 +371,13 @@ def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings
             shutil.rmtree(check_dir, ignore_errors=True)
 
 
-def _judge_timed_in_child(cfg: DictConfig, device: str, inputs: Any, kept: list[dict[str, Any]]) -> tuple[int, str]:
-    """(how many kept outputs are wrong, what was wrong with the first), one reference per timing process's seed."""
+def _judge_timed_in_child(cfg: DictConfig, device: str, inputs: Any, kept: list[dict[str, Any]], cpu_threads: int) -> tuple[int, str]:
+    """(how many kept outputs are wrong, what was wrong with the first), one reference per timing process's seed. On
+    CPU at the timing children's thread count: a float32 matmul rounds differently at 1 and 2 threads, and a ReLU
+    that flips on it moves a gradient by more than a tolerance may allow."""
     case = load_case(cfg.name)
+    if device == "cpu":
+        torch.set_num_threads(cpu_threads)
     stateful = getattr(case, "carries_state", False)  # each call advances the state in its inputs (a training step)
     wrong, first = 0, ""
     for seed in dict.fromkeys(entry["seed"] for entry in kept):

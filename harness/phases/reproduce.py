@@ -36,7 +36,7 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
         return reproduce_compiled(case, cfg, settings, result)
     if result.status != "returned":
         return abnormal("reproduce", result)
-    seen: BuggyRun = result.value
+    seen = BuggyRun(**result.value)
     failure, context_after = seen.failure, seen.context_after
     expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
     said = seen.said()
@@ -64,7 +64,7 @@ def reproduce_silent(symptom: WrongResult | Warns, cfg: DictConfig, result: Chil
     Every warning the call issued is kept verbatim; an error is `wrong_failure`."""
     if result.status != "returned":
         return abnormal("reproduce", result)
-    seen: BuggyRun = result.value
+    seen = BuggyRun(**result.value)
     failure, compared, warned = seen.failure, seen.compared, seen.warned
     expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
     figures: dict[str, Any] = {"warnings": warned, **seen.said(), **(compared or {})}
@@ -113,7 +113,7 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
         return record_of("reproduce", "aborted", expected, f"{result.signal} under {mode}: {said}", result, figures)
     if result.status != "returned":
         return abnormal("reproduce", result)
-    seen: BuggyRun = result.value
+    seen = BuggyRun(**result.value)
     failure, context_after, silent = seen.failure, seen.context_after, seen.compared
     if failure is None:
         if not expected:
@@ -168,8 +168,8 @@ def _torch_loggers() -> list[logging.Logger]:
     return [logging.getLogger("torch")] + [logger for logger in named if isinstance(logger, logging.Logger) and not logger.propagate]
 
 
-def _reproduce_in_child(cfg: DictConfig, device: str, silent: bool) -> BuggyRun:
-    """`buggy` as a user's process runs it (`BuggyRun` says what is kept)."""
+def _reproduce_in_child(cfg: DictConfig, device: str, silent: bool) -> dict[str, Any]:
+    """`buggy` as a user's process runs it: a `BuggyRun`'s fields (plain data back to the parent)."""
     case = load_case(cfg.name)
     cfg = compile_axis.as_users_run_it(cfg)  # the failure as a user's process shows it
     inputs = case.make_inputs(cfg, device)
@@ -178,10 +178,15 @@ def _reproduce_in_child(cfg: DictConfig, device: str, silent: bool) -> BuggyRun:
     graphs_before = compile_axis.graphs_compiled()
     for logger in listened:
         logger.addHandler(logged)
+    buggy = compiled_for(case.buggy, case, cfg)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            output, failure = call(compiled_for(case.buggy, case, cfg), inputs, device)
+            output, failure = call(buggy, inputs, device)
+            for _ in range(getattr(symptom_on(case.symptoms[device], torch.__version__), "calls", 1) - 1):  # `Slow(calls=...)`
+                if failure is not None:
+                    break
+                _, failure = call(buggy, inputs, device)
     finally:
         for logger in listened:
             logger.removeHandler(logged)
@@ -189,14 +194,14 @@ def _reproduce_in_child(cfg: DictConfig, device: str, silent: bool) -> BuggyRun:
     seen = BuggyRun(failure, warned=warned, logged=list(dict.fromkeys(logged.lines))[:20], graphs_compiled=compile_axis.graphs_compiled() - graphs_before)
     if failure is None:
         if compile_axis.mode_of(cfg) == "off" and not silent:
-            return seen
+            return vars(seen)
         want, _ = call(case.reference, case.make_inputs(cfg, device), device)  # fresh: buggy may have advanced its inputs' state
         seen.compared = compare(output, want, **tolerance_of(cfg.tolerance))
-        return seen
+        return vars(seen)
     if device == "cuda":  # a device-side assert is sticky: an unrelated op in the same process fails too
         _, after = call(lambda _: torch.ones(4, device=device).add(1).sum().item(), None, device)
         seen.context_after = ("failed too: " + after.headline) if after else "ran fine"
-    return seen
+    return vars(seen)
 
 
 def reproduce_slow(symptom: Slow, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
@@ -205,7 +210,7 @@ def reproduce_slow(symptom: Slow, cfg: DictConfig, settings: Settings, result: C
     `slow` when the ratio's interval lies above `at_least`, with the lines torch logged and the graphs it compiled."""
     if result.status != "returned":
         return abnormal("reproduce", result)
-    seen: BuggyRun = result.value
+    seen = BuggyRun(**result.value)
     expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
     figures: dict[str, Any] = {**seen.said(), **(seen.compared or {}), "at_least": symptom.at_least, "baseline_function": symptom.baseline}
     if seen.failure is not None:
@@ -218,7 +223,7 @@ def reproduce_slow(symptom: Slow, cfg: DictConfig, settings: Settings, result: C
     timed = time_against("reproduce", BUGGY, symptom.at_least, cfg, settings, baseline=symptom.baseline)
     figures.update(timed.figures)
     seconds = round(result.seconds + timed.seconds, 4)
-    explained = (f"; {seen.graphs_compiled} graphs compiled in one call" if seen.graphs_compiled else "") + (f"; logged: {said[0].splitlines()[0]}" if said else "")
+    explained = (f"; {seen.graphs_compiled} graphs compiled in {symptom.calls} call{'s' if symptom.calls > 1 else ''}" if seen.graphs_compiled else "") + (f"; logged: {said[0].splitlines()[0]}" if said else "")
     if timed.status == "over_budget":
         if symptom.log and not said:
             return PhaseRecord("reproduce", "wrong_failure", False, f"slow, but torch logged nothing like /{symptom.log}/: {timed.message}", figures, seconds, result.output)
