@@ -245,7 +245,7 @@ def _harness_problems(code: int, output: str, out: Path, mode: str = "off") -> l
     for marker in HARNESS_CRASH_MARKERS:
         if marker in output:
             problems.append(f"its output has {marker!r}")
-    for case in _case_names():
+    for case in _matrix_cases():  # the cases this session ran (MATRIX_CASES, or every case)
         record = out / case / _record_name(case, mode)
         if not record.is_file():
             problems.append(f"no record for {case}")

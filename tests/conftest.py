@@ -2,10 +2,11 @@
 children that may, and CUDA cannot be re-initialised in a child forked after it."""
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
-from harness.cases import ROOT
-from harness.run import probe_environment
+from harness.cases import ROOT, Slow, case_names, load_case, symptom_on
+from harness.run import probe_environment, run_case
 
 ENVIRONMENT = probe_environment()  # probed in an isolated child
 CUDA_AVAILABLE = bool(ENVIRONMENT.get("cuda_available"))
@@ -20,3 +21,38 @@ def compose_config(*overrides: str):
 @pytest.fixture(scope="session")
 def environment():
     return ENVIRONMENT
+
+
+CORRECTNESS_PHASES = ("reproduce", "fix", "correct", "bad_fixes")
+
+
+def timed_reproduce(name: str) -> bool:
+    """Whether the case's failure is time (`Slow`) on CPU: its reproduce is a timing, left to the slow tests."""
+    return isinstance(symptom_on(load_case(name).symptoms["cpu"], torch.__version__), Slow)
+
+
+def reproduce_params() -> list:
+    """Every case, a case whose reproduce is a timing marked slow."""
+    return [pytest.param(name, marks=pytest.mark.slow) if timed_reproduce(name) else name for name in case_names()]
+
+
+class CorrectnessRecords:
+    """Each case's correctness phases on CPU (reproduce, fix, correct, the bad fixes), run once per test session on
+    first use and shared by the tests that read them (test_cases_cpu, test_triage); a case whose reproduce is a
+    timing runs it only where a test asks for it (under -m slow)."""
+
+    def __init__(self, environment, tmp_path_factory):
+        self.environment, self.tmp_path_factory, self.records = environment, tmp_path_factory, {}
+
+    def __call__(self, name: str, *, with_timed_reproduce: bool = False):
+        phases = [p for p in CORRECTNESS_PHASES if p != "reproduce" or with_timed_reproduce or not timed_reproduce(name)]
+        key = (name, tuple(phases))
+        if key not in self.records:
+            cfg = compose_config(f"case={name}", "device=cpu", f"phases=[{','.join(phases)}]")
+            self.records[key] = run_case(cfg, "cpu", self.tmp_path_factory.mktemp(name), self.environment)
+        return self.records[key]
+
+
+@pytest.fixture(scope="session")
+def correctness_records(environment, tmp_path_factory):
+    return CorrectnessRecords(environment, tmp_path_factory)

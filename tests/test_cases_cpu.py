@@ -7,27 +7,17 @@ seconds a case); the timed and measured ones (speed, the slow fixes, memory and 
 import json
 
 import pytest
-import torch
 
-from harness.cases import Slow, case_names, load_case, symptom_on
+from harness.cases import case_names
 from harness.phases import CLEAN_RUN, FAILURE_REPRODUCED
 from harness.run import run_case
-from tests.conftest import compose_config
-
-
-CORRECTNESS_PHASES = "phases=[reproduce,fix,correct,bad_fixes]"
-UNTIMED_PHASES = "phases=[fix,correct,bad_fixes]"  # a failure that is time (`Slow`): its reproduce is a timing, run with the slow tests
-
-
-def _timed_reproduce(name: str) -> bool:
-    return isinstance(symptom_on(load_case(name).symptoms["cpu"], torch.__version__), Slow)
+from tests.conftest import compose_config, reproduce_params
 
 
 @pytest.fixture(scope="module", params=case_names())
-def cpu_record(request, environment, tmp_path_factory):
-    """Each case's correctness phases on CPU."""
-    cfg = compose_config(f"case={request.param}", "device=cpu", UNTIMED_PHASES if _timed_reproduce(request.param) else CORRECTNESS_PHASES)
-    return run_case(cfg, "cpu", tmp_path_factory.mktemp(request.param), environment)
+def cpu_record(request, correctness_records):
+    """Each case's correctness phases on CPU (shared with test_triage: tests/conftest.py)."""
+    return correctness_records(request.param)
 
 
 @pytest.fixture(scope="module", params=case_names())
@@ -41,18 +31,10 @@ def _phase(record, name):
     return next(phase for phase in record.phases if phase.phase == name)
 
 
-def test_the_failure_reproduces_with_the_cpu_symptom(cpu_record):
+@pytest.mark.parametrize("name", reproduce_params())  # a failure that is time: its reproduce is a timing, under -m slow
+def test_the_failure_reproduces_with_the_cpu_symptom(correctness_records, name):
     # ok encodes the expectation: reproduced, or fixed_upstream on a torch the case records as having fixed it.
-    record, _ = cpu_record
-    if _timed_reproduce(record.case):
-        pytest.skip("its failure is time: reproduce is a timing, judged by test_a_full_run_reproduces_the_failure (-m slow)")
-    reproduce = _phase(record, "reproduce")
-    assert reproduce.ok and reproduce.status in FAILURE_REPRODUCED | CLEAN_RUN, reproduce.message
-
-
-@pytest.mark.slow
-def test_a_full_run_reproduces_the_failure(full_cpu_record):
-    record, _ = full_cpu_record
+    record, _ = correctness_records(name, with_timed_reproduce=True)
     reproduce = _phase(record, "reproduce")
     assert reproduce.ok and reproduce.status in FAILURE_REPRODUCED | CLEAN_RUN, reproduce.message
 

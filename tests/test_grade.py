@@ -17,11 +17,11 @@ import torch
 from torch import nn
 
 from harness.grading import grade
-from harness.cases import ROOT, Growth, Symptom, case_names, load_case, symptom_on
+from harness.cases import ROOT, Growth, Slow, Symptom, case_names, load_case, symptom_on
 from harness.records import load_record
 from harness.run import ConfigError, run_case, validate
 from harness.grading.submitted import file_sha256
-from tests.conftest import compose_config
+from tests.conftest import compose_config, reproduce_params
 
 FIXES = ROOT / "tests" / "fixes"
 FAST = ("speed.process_s=0.1", "speed.warmup=0")
@@ -251,7 +251,7 @@ def test_storage_shared_with_an_input_survives_the_trip_between_processes():
 # -- exercises and hints --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", case_names())
+@pytest.mark.parametrize("name", reproduce_params())  # a failure that is time is rejected by a timing: under -m slow
 def test_the_unchanged_starter_runs_on_its_own_and_is_rejected_with_the_case_s_failure(tmp_path, environment, name):
     starter = grade.write_exercise(name, str(tmp_path / "exercise"))
     text = starter.read_text()
@@ -260,13 +260,16 @@ def test_the_unchanged_starter_runs_on_its_own_and_is_rejected_with_the_case_s_f
     assert ran.returncode == 0 and "grade this file with" in ran.stdout, ran.stderr
     symptom = symptom_on(load_case(name).symptoms["cpu"], torch.__version__)
     grows = isinstance(symptom, Growth)  # correct in value: its failure is the memory it keeps, judged by the memory phase
-    phases = "phases=[fix,correct,memory]" if grows else "phases=[fix,correct]"
+    slow = isinstance(symptom, Slow)  # correct in value: its failure is its time, judged by the speed phase
+    phases = "phases=[fix,correct,memory]" if grows else "phases=[fix,correct,speed]" if slow else "phases=[fix,correct]"
     cfg = compose_config(f"case={name}", "device=cpu", phases, f"fix={starter}:fix", "timeout_s=120")
     record, _ = run_case(cfg, "cpu", tmp_path / "run", environment)
     verdict = grade.verdict(record)
     assert not verdict.accepted
     if grows:
         assert verdict.line.startswith("rejected by memory: over_budget"), verdict.line
+    elif slow:
+        assert verdict.line.startswith("rejected by speed: over_budget") and "the case's own symptom, slow" in verdict.line, verdict.line
     elif symptom.expected_on(torch.__version__) and isinstance(symptom, Symptom):
         assert verdict.line.startswith("rejected by fix: raised") and "the case's own symptom" in verdict.line, verdict.line
     else:  # the buggy code runs: a failure that raises nothing (a wrong result), or on a torch where it returns (autocast_device from 2.4)

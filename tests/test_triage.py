@@ -21,6 +21,7 @@ import pytest
 from harness.cases import ROOT, case_names, case_text, load_case
 from harness.triage import NOT_KNOWN, TOO_LITTLE, UNCLAIMED_CEILING, VERDICT_SCORE, load_signs, main, normalise, triage
 from harness.phases import FAILURE_REPRODUCED
+from tests.conftest import reproduce_params
 
 FIXTURES = ROOT / "tests" / "triage_logs"
 HELD_OUT = ROOT / "tests" / "triage_logs_heldout"
@@ -118,7 +119,7 @@ def _record_log(record: dict) -> str:
     figures = reproduce["figures"]
     parts = [reproduce["message"], figures.get("error", ""), f"raised at {figures['raised_at']}" if "raised_at" in figures else ""]
     parts += [str(figures.get(key, "")) for key in ("traceback", "stack", "native_error", "output_line")]
-    parts += figures.get("warnings", [])
+    parts += figures.get("warnings", []) + figures.get("logged", [])
     return "\n".join(parts + [reproduce["output_tail"]])
 
 
@@ -155,22 +156,10 @@ def test_every_committed_record_triages_to_its_own_case(path):
         assert verdict.case == record["case"], [(c.case, c.score, c.why) for c in verdict.candidates]
 
 
-@pytest.fixture(scope="module")
-def fresh_reproduce_records(environment, tmp_path_factory):
-    from harness.run import run_case
-    from tests.conftest import compose_config
-
-    records = {}
-    for name in case_names():
-        cfg = compose_config(f"case={name}", "device=cpu", "phases=[reproduce]")
-        record, _ = run_case(cfg, "cpu", tmp_path_factory.mktemp(name), environment)
-        records[name] = json.loads(json.dumps(record.to_json(), default=str))
-    return records
-
-
-@pytest.mark.parametrize("name", case_names())
-def test_a_fresh_reproduce_record_triages_to_its_own_case(fresh_reproduce_records, name):
-    record = fresh_reproduce_records[name]
+@pytest.mark.parametrize("name", reproduce_params())  # a failure that is time: its reproduce is a timing, under -m slow
+def test_a_fresh_reproduce_record_triages_to_its_own_case(correctness_records, name):
+    record = json.loads(json.dumps(correctness_records(name, with_timed_reproduce=True)[0].to_json(), default=str))
+    record["phases"] = [phase for phase in record["phases"] if phase["phase"] == "reproduce"]  # the record a user would paste
     reproduce = record["phases"][0]
     verdict = triage(_record_log(record))
     if _names_its_failure(reproduce):
