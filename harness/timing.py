@@ -123,7 +123,15 @@ def paired_samples(
 
 
 def sample_pairs(
-    block: Block, *, device: str, warmup: int, pairs: int, min_s: float = 0.0, before_timing: Callable[[], None] | None = None, others: tuple[str, ...] = ()
+    block: Block,
+    *,
+    device: str,
+    warmup: int,
+    pairs: int,
+    min_s: float = 0.0,
+    before_timing: Callable[[], None] | None = None,
+    others: tuple[str, ...] = (),
+    max_retakes: int = MAX_RETAKES,
 ) -> PairedSamples:
     """At least `pairs` samples of each side, back to back, alternating which goes first, and more until
     the samples have taken `min_s` seconds. `block(side, calls, timed)` runs `calls` calls of one side and
@@ -135,7 +143,8 @@ def sample_pairs(
     as many calls as last MIN_SAMPLE_S, counted by calling the baseline that long (one call's time alone
     swung 5x). `before_timing` runs after the warm-up and the count (the grader makes fresh inputs there).
 
-    On CPU a pair is taken again (up to MAX_RETAKES times) when one of its samples faulted in fresh
+    On CPU a pair is taken again (up to `max_retakes` times, MAX_RETAKES unless the case says otherwise: 0 where
+    fresh pages are the cost being timed, a compile at every call) when one of its samples faulted in fresh
     pages, more than FRESH_PAGES_PER_S for its length: the same share of any sample's time, 256 pages
     in 20 ms, 1,472 in 115 ms. With the allocator pinned (`steady_cpu_allocator`) a call reuses freed
     heap memory, but now and then glibc splits a large free block for a small request, and the next
@@ -162,7 +171,7 @@ def sample_pairs(
         order = sides[turn:] + sides[:turn] if others else sides[:: 1 if turn == 0 else -1]
         taken = {side: block(side, calls, True) for side in order}
         fresh = any(faults > FRESH_PAGES_PER_S * seconds * calls for seconds, faults in taken.values())
-        if device == "cpu" and fresh and retaken < MAX_RETAKES:
+        if device == "cpu" and fresh and retaken < max_retakes:
             retaken += 1
             continue
         for side in sides:

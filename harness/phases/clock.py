@@ -35,7 +35,7 @@ import torch
 
 from harness.compare import flatten_tensors, snapshot
 from harness.grading.confine import minor_faults, tree_cpu_s
-from harness.timing import PairedSamples, estimate_ratio, sample_pairs
+from harness.timing import MAX_RETAKES, PairedSamples, estimate_ratio, sample_pairs
 
 CHECK_PROBABILITY = 0.9  # of a timed candidate block: one of its outputs goes to the judge
 _save = torch.save  # bound when the fork server imports this, before any submitted code
@@ -140,6 +140,7 @@ def drive(
     min_s: float,
     fresh_inputs: bool = False,
     check_dir: Path | None = None,
+    max_retakes: int = MAX_RETAKES,
 ) -> TimedProcess:
     """The parent's side of `serve`: the samples, timed here; with `check_dir`, outputs kept for the judge.
 
@@ -202,7 +203,8 @@ def drive(
     try:
         with contextlib.suppress(_Disturbed):
             timed.samples = sample_pairs(
-                block, device=device, warmup=warmup, pairs=pairs, min_s=min_s, before_timing=make_fresh_inputs if fresh_inputs else None, others=tuple(children)[2:]
+                block, device=device, warmup=warmup, pairs=pairs, min_s=min_s, before_timing=make_fresh_inputs if fresh_inputs else None, others=tuple(children)[2:],
+                max_retakes=max_retakes,
             )
     finally:
         for connection in {id(c): c for c, _ in children.values()}.values():

@@ -17,7 +17,7 @@ from harness.grading.confine import Limits
 from harness.grading.submitted import load_submitted, submission_of
 from harness.isolate import ChildResult, Failure
 from harness.records import PhaseRecord
-from harness.timing import synchronize
+from harness.timing import MAX_RETAKES, synchronize
 
 PHASES = ("reproduce", "fix", "correct", "speed", "slow_fixes", "bad_fixes", "memory", "memory_fixes")
 FIXED = "fixed"
@@ -39,6 +39,7 @@ class SpeedSettings:
     max_s: float = 20.0  # past this, a verdict still undecided is inconclusive
     grade_max_s: float = 60.0  # grading: past this, a verdict still undecided is `undecided`, a rejection (never accepted)
     level: float = 0.95  # of the ratio's confidence interval
+    max_retakes: int = MAX_RETAKES  # pairs retaken per process for fresh page faults (0: faulting is the cost timed, a compile per call)
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,7 @@ def time_against(
             min_s=timing.process_s,
             fresh_inputs=graded,
             check_dir=process_dir,
+            max_retakes=timing.max_retakes,
         )
         if graded:
             results = _graded_timing_process(talk, baseline, inputs, cfg, settings, seeds)
