@@ -220,7 +220,7 @@ class Epoch:
     infos: list  # the annotation file, loaded: the list of dicts every variant is built from
     cfg: Any  # sizes and loader settings
     loaders: dict  # per variant: its DataLoader and the epoch's iterator, made on the first step and kept, with its workers
-    step: int = 0
+    step: int = 0  # steps read so far: where in the epochs the next slice starts
 
 
 def make_inputs(cfg, device):
@@ -243,6 +243,7 @@ def read_batches(x, variant, make_dataset, workers=None, **loader_options):
             batches.append(next(x.loaders[variant][1]))
         except StopIteration:
             x.loaders[variant][1] = iter(x.loaders[variant][0])
+    x.step += 1
     return batches
 
 
@@ -255,12 +256,14 @@ def fixed(x):
 
 
 def reference(x):
-    """The first step's batches, built in this process from a fresh copy of the annotations, frame by frame."""
-    infos = annotation_infos(x.cfg.sizes.frames, x.cfg.seed, x.cfg.sizes.max_instances)
+    """The batches of the epoch's slice the inputs stand at (`step`, not advanced), built in this process from the
+    annotations frame by frame: the sampler is sequential and 16 divides the frames, so a slice is the next frames."""
     size, steps = x.cfg.loader.batch_size, x.cfg.loader.batches_per_step
+    batches_in_epoch = len(x.infos) // size
     batches = []
-    for start in range(0, size * steps, size):
-        items = [frame_tensors(info, x.cfg.sizes.max_instances) for info in infos[start : start + size]]
+    for number in range(x.step * steps, (x.step + 1) * steps):
+        first = (number % batches_in_epoch) * size
+        items = [frame_tensors(info, x.cfg.sizes.max_instances) for info in x.infos[first : first + size]]
         batches.append({key: torch.stack([item[key] for item in items]) for key in items[0]})
     return batches
 
@@ -315,14 +318,13 @@ memory_fixes = {"fewer_workers": fewer_workers, "collect_garbage": collect_garba
 def fresh_workers_every_batch(x):
     """New workers for every batch (a DataLoader without persistent workers, made per batch): what a worker copied
     dies with it a batch later, and every batch pays for starting two processes."""
-    state = x.loaders.setdefault("fresh", {"position": 0})
-    frames, size = len(x.infos), x.cfg.loader.batch_size
+    size, steps = x.cfg.loader.batch_size, x.cfg.loader.batches_per_step
     dataset = ListDataset(x.infos, x.cfg.sizes.max_instances)
     batches = []
-    for _ in range(x.cfg.loader.batches_per_step):
-        indices = [(state["position"] + i) % frames for i in range(size)]
-        state["position"] = (state["position"] + size) % frames
-        batches += list(DataLoader(Subset(dataset, indices), batch_size=size, num_workers=x.cfg.loader.num_workers))
+    for number in range(x.step * steps, (x.step + 1) * steps):
+        first = (number % (len(x.infos) // size)) * size
+        batches += list(DataLoader(Subset(dataset, range(first, first + size)), batch_size=size, num_workers=x.cfg.loader.num_workers))
+    x.step += 1
     return batches
 
 

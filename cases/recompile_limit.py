@@ -219,8 +219,13 @@ def make_inputs(cfg, device):
 
 
 def next_prompt(x):
-    """The next prompt the user tries: seeded tokens, and a text length no earlier prompt had."""
-    index, x.served = x.served, x.served + 1
+    """The next prompt the user tries (the session moves on to the one after)."""
+    x.served += 1
+    return prompt_at(x, x.served - 1)
+
+
+def prompt_at(x, index):
+    """The session's prompt `index`: seeded tokens, and a text length no earlier prompt had."""
     valid_text = x.lengths[index % len(x.lengths)]
     generator = torch.Generator().manual_seed(x.seed * 1_000_003 + index)
     sizes = x.sizes
@@ -256,10 +261,10 @@ def fixed(x):
 
 
 def reference(x):
-    """The block eager in float64 on the session's next prompt."""
+    """The block eager in float64 on the session's next prompt (read, not taken: the session stays where it is)."""
     block = AsymmetricJointBlock(x.sizes.width_x, x.sizes.width_y, x.sizes.heads).to(x.device)
     block.load_state_dict(x.block.state_dict())
-    prompt = next_prompt(x)
+    prompt = prompt_at(x, x.served)
     double = Prompt(prompt.x.double(), prompt.c.double(), prompt.y.double(), prompt.packed_indices)
     return tuple(t.float() for t in denoise(block.double().eval(), double))
 

@@ -27,7 +27,8 @@ name. The module provides plain names, no base class:
                      memory budget for any device; not judged on correctness by the memory phase
     carries_state    (optional) True: each call is a training step that advances the state in its inputs (the memory
                      contract), so a grade checks a timed output against the reference taken after the model
-                     solution has replayed the calls before it on fresh inputs
+                     solution has replayed the calls before it on fresh inputs; `reference` then reads that state
+                     without advancing it (the judge goes on replaying from there)
     preload          (optional) () -> None: slow imports every child needs (an upstream package); the fork
                      server calls it once (harness/preload.py), so neither the children nor the harness's
                      own process pay for them
@@ -394,8 +395,9 @@ def _paragraphs(lines: list[str]) -> str:
     return "\n".join(out)
 
 
-def reachable(case: ModuleType, roots: list[FunctionType]) -> set[FunctionType]:
-    """`roots` and the functions of `case` they call by global name, transitively."""
+def reachable(case: ModuleType, roots: list[FunctionType], through_classes: bool = False) -> set[FunctionType]:
+    """`roots` and the functions of `case` they call by global name, transitively; `through_classes`: through the
+    methods of the case's classes they name too (what running them may call)."""
     seen: set[FunctionType] = set()
     todo = list(roots)
     while todo:
@@ -407,7 +409,23 @@ def reachable(case: ModuleType, roots: list[FunctionType]) -> set[FunctionType]:
             value = vars(case).get(name)
             if isinstance(value, FunctionType) and value.__module__ == case.__name__:
                 todo.append(value)
+            elif through_classes and isinstance(value, type) and value.__module__ == case.__name__:
+                todo += _methods(value, case)
     return seen
+
+
+def _methods(cls: type, case: ModuleType) -> list[FunctionType]:
+    """The functions a class of the case defines, its bases' from the case too (a Dataset whose __getitem__ calls a
+    helper: code that uses the class uses the helper)."""
+    found = []
+    for klass in cls.__mro__:
+        if klass.__module__ != case.__name__:
+            continue
+        for member in vars(klass).values():
+            member = getattr(member, "__func__", member)  # staticmethod, classmethod
+            if isinstance(member, FunctionType):
+                found.append(member)
+    return found
 
 
 def global_names(code: CodeType) -> list[str]:

@@ -19,6 +19,7 @@ the child's process group or adopted, and says how many.
 from __future__ import annotations
 
 import ctypes
+import multiprocessing.process
 import os
 import resource
 import signal
@@ -68,6 +69,10 @@ def confine_child(scratch: str, limits: Limits, refused_log: str) -> Confinement
     kernels = os.path.realpath(limits.kernels) if limits.kernels else tempfile.mkdtemp(prefix="inductor-", dir=scratch)
     os.environ[PRIVATE_KERNELS], os.environ["TORCHINDUCTOR_CACHE_DIR"] = "1", kernels  # what it compiles, and the ranks it starts, stay in the grade
     sys.dont_write_bytecode = True  # a .pyc beside the submitted file would be a refused write
+    # multiprocessing keeps the folder for its sockets (a DataLoader worker hands a tensor's storage over through the
+    # resource sharer's) from the first time it made one, in the fork server: beneath /tmp, unwritable now. Forget it,
+    # so the next is made beneath TMPDIR, the scratch directory.
+    multiprocessing.process.current_process()._config.pop("tempdir", None)
     writable = (scratch, kernels)
     sys.addaudithook(_write_guard(writable, refused_log))
     writes = _landlock(writable)

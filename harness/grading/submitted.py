@@ -105,9 +105,10 @@ def _tripwire(module: str, name: str, original: Callable, inside: dict[str, bool
 
 
 def solution_functions(case: ModuleType) -> set[FunctionType]:
-    """The case's functions reachable from `fixed`, `reference` and `speed_candidate` but not from `buggy`."""
+    """The case's functions reachable from `fixed`, `reference` and `speed_candidate` but not from `buggy` (nor from
+    the methods of the classes `buggy` uses: a Dataset's __getitem__ that calls a helper makes it the buggy code's)."""
     roots = [getattr(case, name) for name in SOLUTION_ENTRY_POINTS if isinstance(getattr(case, name, None), FunctionType)]
-    return reachable(case, roots) - reachable(case, [case.buggy])
+    return reachable(case, roots) - reachable(case, [case.buggy], through_classes=True)
 
 
 # -- what importing it changed in its process ------------------------------------------------------------
