@@ -32,7 +32,8 @@ def timed_reproduce(name: str) -> bool:
 
 
 def reproduce_params() -> list:
-    """Every case, a case whose reproduce is a timing marked slow."""
+    """Every case, a case whose failure is time (`Slow`) marked slow: its reproduce is a timing, and its every phase
+    compiles (the compiler's behaviour is its failure), too long for the plain run."""
     return [pytest.param(name, marks=pytest.mark.slow) if timed_reproduce(name) else name for name in case_names()]
 
 

@@ -14,9 +14,10 @@ from harness.run import run_case
 from tests.conftest import compose_config, reproduce_params
 
 
-@pytest.fixture(scope="module", params=case_names())
+@pytest.fixture(scope="module", params=reproduce_params())
 def cpu_record(request, correctness_records):
-    """Each case's correctness phases on CPU (shared with test_triage: tests/conftest.py)."""
+    """Each case's correctness phases on CPU (shared with test_triage: tests/conftest.py); a case whose failure is time
+    under -m slow: every phase of it compiles (the compiler's behaviour is its failure), 39 s cold for recompile_limit."""
     return correctness_records(request.param)
 
 
