@@ -103,6 +103,7 @@ def paired_samples(
     warmup: int,
     pairs: int,
     min_s: float = 0.0,
+    max_retakes: int = MAX_RETAKES,
 ) -> PairedSamples:
     """`sample_pairs` in this process, timed by `perf_counter` (CUDA: events); the speed phase times its
     children from the parent instead (harness/phases/clock.py)."""
@@ -116,7 +117,7 @@ def paired_samples(
     collecting = gc.isenabled()
     gc.disable()  # as timeit does: a full collection lands on whichever sample happens to trigger it
     try:
-        return sample_pairs(block, device=device, warmup=warmup, pairs=pairs, min_s=min_s)
+        return sample_pairs(block, device=device, warmup=warmup, pairs=pairs, min_s=min_s, max_retakes=max_retakes)
     finally:
         if collecting:
             gc.enable()

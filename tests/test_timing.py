@@ -55,6 +55,12 @@ def test_a_long_sample_may_take_fresh_pages_in_proportion_to_its_length():
     assert (short.retaken, long.retaken) == (1, 0)
 
 
+def test_a_case_whose_cost_is_fresh_pages_keeps_those_samples():
+    # speed.max_retakes: 0 (recompile_limit: a compile at every call faults in its pages); the same calls as above, kept
+    samples = paired_samples(_touching_fresh_pages({2, 3}), _a_sample_long(), None, device="cpu", warmup=1, pairs=3, max_retakes=0)
+    assert samples.retaken == 0 and len(samples.candidate_s) == 3
+
+
 def test_retakes_are_bounded_when_every_call_takes_fresh_pages():
     samples = paired_samples(_touching_fresh_pages(range(1, 1000)), _a_sample_long(), None, device="cpu", warmup=1, pairs=3)
     assert samples.retaken == MAX_RETAKES and len(samples.candidate_s) == 3
