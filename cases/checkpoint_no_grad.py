@@ -113,7 +113,7 @@ symptoms = {"cpu": WrongResult(warning=NO_GRAD_WARNING, modes=("off",)), "cuda":
 # is the same cause with nothing trainable after the blocks (the raising form); without it, that error names no case.
 triage_signs = TriageSigns(needs_context=True, signs=(
     Sign("failure", r"None of the inputs have requires_grad=True\. Gradients will be None", 0.45, "the reentrant checkpoint's check: no tensor input of a checkpointed block requires grad, so nothing inside it will get a gradient"),
-    Sign("failure", r"(?i)(?=.*checkpoint).*\blora\w*\b.*(?:(?:not|never) (?:be(?:ing)? )?(?:trained|updated|changed?)|gradients? (?:is|are|will be) '?none'?)|(?:prevents?|blocks?) lora (?:weight )?updates", 0.45, "a user's words for the silence with checkpointing on: the LoRA weights never change, or their gradients are None"),
+    Sign("failure", r"(?i)^(?=.*checkpoint).*\blora\w*\b.*(?:(?:not|never) (?:be(?:ing)? )?(?:trained|updated|changed?)|gradients? (?:is|are|will be) '?none'?)|(?:prevents?|blocks?) lora (?:weight )?updates", 0.45, "a user's words for the silence with checkpointing on: the LoRA weights never change, or their gradients are None"),
     Sign("context", r"(?i)\b(?:lora|q?lora_[ab]|peft|get_peft_model|loraconfig|adapters?)\b|_with_peft\b", 0.35, "adapters are trained behind frozen embeddings: the parameters inside the checkpointed blocks that lose their gradients"),
     Sign("context", r"(?i)gradient[_ ]checkpoint|use_reentrant", 0.25, "gradient checkpointing in play (the reentrant variant when use_reentrant is not passed)"),
     Sign("support", r"(?i)enable_input_require_grads|make_inputs_require_grads?", 0.2, "the hook that makes the embedding output require grad, the reentrant variant's remedy"),

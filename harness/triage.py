@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import re
 import sys
@@ -156,15 +157,24 @@ def _normalise_line(line: str) -> str:
 
 
 def load_signs(cases_dir: Path = CASES_DIR) -> dict[str, TriageSigns]:
-    """Every case's `triage_signs`, read from its module's source without importing it."""
+    """Every case's `triage_signs`, read from its module's source without importing it.
+
+    Parsed once per version of the folder (each file's name, size and modification time): parsing every case takes
+    longer than scoring a log, and a caller that triages many logs would otherwise pay it for each."""
+    paths = tuple(path for path in sorted(cases_dir.glob("*.py")) if not path.name.startswith("_"))
+    versions = tuple((path.name, stat.st_size, stat.st_mtime_ns) for path, stat in ((path, path.stat()) for path in paths))
+    return dict(_parsed_signs(cases_dir, versions))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_signs(cases_dir: Path, versions: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, TriageSigns], ...]:
     rules = {}
-    for path in sorted(cases_dir.glob("*.py")):
-        if path.name.startswith("_"):
-            continue
+    for name, _, _ in versions:
+        path = cases_dir / name
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == RULES_NAME for t in node.targets):
                 rules[path.stem] = _literal(node.value, path)
-    return rules
+    return tuple(rules.items())
 
 
 _RECORDS = {"TriageSigns": TriageSigns, "Sign": Sign}
