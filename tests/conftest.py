@@ -1,16 +1,33 @@
 """Shared fixtures. The pytest process never touches CUDA itself: the harness forks
 children that may, and CUDA cannot be re-initialised in a child forked after it."""
 
+import os
+
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from harness.cases import ROOT, Slow, case_names, load_case, symptom_on
+from harness.cases import ROOT, Growth, Slow, case_names, load_case, symptom_on
 from harness.run import probe_environment, run_case
 
 ENVIRONMENT = probe_environment()  # probed in an isolated child
 CUDA_AVAILABLE = bool(ENVIRONMENT.get("cuda_available"))
 requires_cuda = pytest.mark.skipif(not CUDA_AVAILABLE, reason="needs a CUDA device; none is present")
+
+
+MAX_WORKERS = 8
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject's addopts): the plain run is a thousand small tests, most of them a child process or
+    several, so one worker per core takes its time down by as much as there are cores. A run that selects the slow
+    tests (`-m slow`, `-m ''`) or times benchmarks gets none: its grades' speed phases and its benchmarks are timings,
+    and a timing needs the machine to itself."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    if config.getoption("markexpr", "") != "not slow" or any(config.getoption(option, None) for option in ("benchmark_only", "benchmark_save", "benchmark_autosave", "benchmark_compare")):
+        return 0
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
 
 
 def compose_config(*overrides: str):
@@ -31,6 +48,16 @@ def timed_reproduce(name: str) -> bool:
     return isinstance(symptom_on(load_case(name).symptoms["cpu"], torch.__version__), Slow)
 
 
+def measured_failure(name: str) -> bool:
+    """Whether the case's failure on CPU is a measurement (time, `Slow`; memory kept, `Growth`): a starter carrying it is
+    rejected by the speed or the memory phase, end to end, under -m slow."""
+    return isinstance(symptom_on(load_case(name).symptoms["cpu"], torch.__version__), (Slow, Growth))
+
+
+def starter_params() -> list:
+    return [pytest.param(name, marks=pytest.mark.slow) if measured_failure(name) else name for name in case_names()]
+
+
 def reproduce_params() -> list:
     """Every case, a case whose failure is time (`Slow`) marked slow: its reproduce is a timing, and its every phase
     compiles (the compiler's behaviour is its failure), too long for the plain run."""
@@ -38,8 +65,9 @@ def reproduce_params() -> list:
 
 
 class CorrectnessRecords:
-    """Each case's correctness phases on CPU (reproduce, fix, correct, the bad fixes), run once per test session on
-    first use and shared by the tests that read them (test_cases_cpu, test_triage); a case whose reproduce is a
+    """Each case's correctness phases on CPU (reproduce, fix, correct, the bad fixes), run once per test session (per
+    worker: the tests that read them are in one module, test_cases_cpu, and `--dist loadscope` keeps a module on one) on
+    first use; a case whose reproduce is a
     timing runs it only where a test asks for it (under -m slow)."""
 
     def __init__(self, environment, tmp_path_factory):

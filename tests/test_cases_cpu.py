@@ -11,7 +11,9 @@ import pytest
 from harness.cases import case_names
 from harness.phases import CLEAN_RUN, FAILURE_REPRODUCED
 from harness.run import run_case
+from harness.triage import triage
 from tests.conftest import compose_config, reproduce_params
+from tests.test_triage import _names_its_failure, _record_log
 
 
 @pytest.fixture(scope="module", params=reproduce_params())
@@ -44,6 +46,19 @@ def test_the_fix_runs_and_matches_the_reference(cpu_record):
     record, _ = cpu_record
     assert _phase(record, "fix").status == "passed", _phase(record, "fix").message
     assert _phase(record, "correct").status == "passed", _phase(record, "correct").message
+
+
+@pytest.mark.parametrize("name", reproduce_params())  # a failure that is time: its reproduce is a timing, under -m slow
+def test_a_fresh_reproduce_record_triages_to_its_own_case(correctness_records, name):
+    """Here, not in test_triage: the record is this module's (one worker makes it, `--dist loadscope`)."""
+    record = json.loads(json.dumps(correctness_records(name, with_timed_reproduce=True)[0].to_json(), default=str))
+    record["phases"] = [phase for phase in record["phases"] if phase["phase"] == "reproduce"]  # the record a user would paste
+    reproduce = record["phases"][0]
+    verdict = triage(_record_log(record))
+    if _names_its_failure(reproduce):
+        assert verdict.case == name, [(c.case, c.score, c.why) for c in verdict.candidates]
+    else:
+        assert reproduce["status"] in ("fixed_upstream", "clean_before", "wrong_result") and verdict.case is None, reproduce["message"]
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from harness.cases import ROOT, Growth, Slow, Symptom, case_names, load_case, sy
 from harness.records import load_record
 from harness.run import ConfigError, run_case, validate
 from harness.grading.submitted import file_sha256
-from tests.conftest import compose_config, reproduce_params
+from tests.conftest import compose_config, starter_params
 
 FIXES = ROOT / "tests" / "fixes"
 FAST = ("speed.process_s=0.1", "speed.warmup=0")
@@ -251,13 +251,39 @@ def test_storage_shared_with_an_input_survives_the_trip_between_processes():
 # -- exercises and hints --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", reproduce_params())  # a failure that is time is rejected by a timing: under -m slow
-def test_the_unchanged_starter_runs_on_its_own_and_is_rejected_with_the_case_s_failure(tmp_path, environment, name):
-    starter = grade.write_exercise(name, str(tmp_path / "exercise"))
+RUN_EACH_AS_MAIN = """
+import contextlib, io, json, runpy, sys, traceback
+ran = {}
+for path in sys.argv[1:]:
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(path, run_name="__main__")
+        ran[path] = [0, out.getvalue()]
+    except BaseException:
+        ran[path] = [1, out.getvalue() + traceback.format_exc()]
+print(json.dumps(ran))
+"""
+
+
+@pytest.fixture(scope="module")
+def starters(tmp_path_factory) -> dict[str, tuple[object, int, str]]:
+    """Every case's starter, written to a folder of its own and run as `__main__` in one fresh interpreter outside the
+    project (not one each: an interpreter's start, torch imported, is most of a starter's run): name -> (path, exit, output)."""
+    folder = tmp_path_factory.mktemp("starters")
+    paths = {name: grade.write_exercise(name, str(folder / name)) for name in case_names()}
+    ran = subprocess.run([sys.executable, "-c", RUN_EACH_AS_MAIN, *map(str, paths.values())], cwd=folder, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    results = json.loads(ran.stdout.splitlines()[-1])
+    return {name: (path, *results[str(path)]) for name, path in paths.items()}
+
+
+@pytest.mark.parametrize("name", starter_params())  # a failure that is time or memory is rejected by a measurement: under -m slow
+def test_the_unchanged_starter_runs_on_its_own_and_is_rejected_with_the_case_s_failure(tmp_path, environment, starters, name):
+    starter, exit_code, output = starters[name]
     text = starter.read_text()
     assert f"python -m harness case={name} fix={starter}:fix" in text and "\nFix:" not in text and "def fix(" in text
-    ran = subprocess.run([sys.executable, str(starter)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert ran.returncode == 0 and "grade this file with" in ran.stdout, ran.stderr
+    assert exit_code == 0 and "grade this file with" in output, output
     symptom = symptom_on(load_case(name).symptoms["cpu"], torch.__version__)
     grows = isinstance(symptom, Growth)  # correct in value: its failure is the memory it keeps, judged by the memory phase
     slow = isinstance(symptom, Slow)  # correct in value: its failure is its time, judged by the speed phase

@@ -21,7 +21,6 @@ import pytest
 from harness.cases import ROOT, case_names, case_text, load_case
 from harness.triage import NOT_KNOWN, TOO_LITTLE, UNCLAIMED_CEILING, VERDICT_SCORE, load_signs, main, normalise, triage
 from harness.phases import FAILURE_REPRODUCED
-from tests.conftest import reproduce_params
 
 FIXTURES = ROOT / "tests" / "triage_logs"
 HELD_OUT = ROOT / "tests" / "triage_logs_heldout"
@@ -154,18 +153,6 @@ def test_every_committed_record_triages_to_its_own_case(path):
         assert next(c for c in verdict.candidates if c.case == "codebook_oob").score <= UNCLAIMED_CEILING
     else:
         assert verdict.case == record["case"], [(c.case, c.score, c.why) for c in verdict.candidates]
-
-
-@pytest.mark.parametrize("name", reproduce_params())  # a failure that is time: its reproduce is a timing, under -m slow
-def test_a_fresh_reproduce_record_triages_to_its_own_case(correctness_records, name):
-    record = json.loads(json.dumps(correctness_records(name, with_timed_reproduce=True)[0].to_json(), default=str))
-    record["phases"] = [phase for phase in record["phases"] if phase["phase"] == "reproduce"]  # the record a user would paste
-    reproduce = record["phases"][0]
-    verdict = triage(_record_log(record))
-    if _names_its_failure(reproduce):
-        assert verdict.case == name, [(c.case, c.score, c.why) for c in verdict.candidates]
-    else:
-        assert reproduce["status"] in ("fixed_upstream", "clean_before", "wrong_result") and verdict.case is None, reproduce["message"]
 
 
 def _names_its_failure(reproduce: dict) -> bool:
