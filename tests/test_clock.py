@@ -78,6 +78,34 @@ def test_a_baseline_kept_off_the_cpu_or_reniced_is_disturbed():
     assert anomaly([graded_process(disturbed=said), graded_process()], "cpu") == ("baseline_disturbed", f"{said}: another process of the user changed it (the submission's is the only one running code nobody reviewed)")
 
 
+def with_workers(candidate_cores=0.99, model_cores=2.6, outside=0.0, model_outside=0.0):
+    """A grade whose model solution keeps worker processes busy beside its calls (a DataLoader's) and defers work past them."""
+    blocks = []
+    for _ in range(6):
+        blocks.append(BlockTiming("candidate", 2, 0.1, 0.099, 0.1 * candidate_cores))
+        blocks.append(BlockTiming("baseline", 2, 0.1, 0.099, 0.1 * model_cores))
+        blocks.append(BlockTiming("pristine", 2, 0.1, 0.099, 0.1 * model_cores))
+    return TimedProcess(PairedSamples([0.1] * 6, [0.1] * 6, 2, others={"pristine": [0.1] * 6}), blocks, outside, None, model_outside)
+
+
+def test_cores_and_deferred_work_the_model_solution_uses_itself_are_allowed_and_no_more():
+    # the model solution's DataLoader workers: 2.6 cores a block, 0.05 s of prefetch after each of its 12 calls
+    assert anomaly([with_workers(candidate_cores=2.6, outside=0.6, model_outside=0.6)] * 2, "cpu") is None
+    assert anomaly([with_workers(candidate_cores=3.8)] * 2, "cpu") is None  # within the margin (1.5x)
+    status, message = anomaly([with_workers(candidate_cores=4.5)] * 2, "cpu")
+    assert status == "work_beside_the_clock" and "4.50 cores" in message and "at most 2.60 cores" in message
+    status, message = anomaly([with_workers(candidate_cores=2.6, outside=1.5, model_outside=0.6)] * 2, "cpu")
+    assert status == "work_beside_the_clock" and "deferred work allows 1800 ms" in message
+    figures = clock_figures([with_workers(model_outside=0.6)] * 2)
+    assert figures["baseline_cores"] == 2.6 and figures["baseline_outside_cpu_s"] == 1.2
+
+
+def test_a_single_threaded_model_solution_allows_no_extra_core():
+    status, message = anomaly([with_workers(candidate_cores=1.9, model_cores=0.99)] * 2, "cpu")
+    assert status == "work_beside_the_clock" and "CPU timing is single-threaded" in message
+    assert anomaly([with_workers(candidate_cores=0.99, model_cores=0.99, outside=0.5)] * 2, "cpu")[0] == "work_beside_the_clock"
+
+
 def test_the_settings_an_import_changes_are_named():
     import sys
 

@@ -24,7 +24,7 @@ does not:
                                timed_output_wrong         a timed output picked after its call differs from the
                                                           reference for its inputs (judged in a clean child)
                                clock_tampered             the graded process's own clock disagrees with the parent's
-                               work_beside_the_clock      CPU beyond one core during a block, or while it should idle
+                               work_beside_the_clock      CPU past one core (past the model solution's) in a block, or while idle
                                faster_on_repeated_inputs  a cache answers the timed inputs after their first call
                                implausibly_fast           below IMPLAUSIBLY_FAST times the model solution
     memory                 where the case sets a memory budget (`memory.grade_budget`, else `memory.budget`; else not run):

@@ -24,6 +24,7 @@ import contextlib
 import gc
 import io
 import json
+import math
 import os
 import secrets
 import time
@@ -59,6 +60,7 @@ class TimedProcess:
     blocks: list[BlockTiming] = field(default_factory=list)  # the timed ones, retaken pairs included
     outside_cpu_s: float = 0.0  # CPU time while the candidate's child should have been idle, after the warm-up
     disturbed: str | None = None  # another child's scheduling changed while it was timed (renice, policy, affinity)
+    model_outside_cpu_s: float = 0.0  # the same for the model solution's child, where it has one of its own (grading)
 
 
 # -- the child ----------------------------------------------------------------------------------------
@@ -171,8 +173,12 @@ def drive(
         before = calls_on_inputs.get(pid, 0)
         calls_on_inputs[pid] = before + calls
         faults, cpu = minor_faults(pid), tree_cpu_s(pid)
-        if is_timed and pid == candidate_pid and pid in idle_since:
-            timed.outside_cpu_s += max(0.0, cpu - idle_since[pid])
+        if is_timed and pid in idle_since:
+            deferred = max(0.0, cpu - idle_since[pid])
+            if pid == candidate_pid:
+                timed.outside_cpu_s += deferred
+            elif side == "baseline":
+                timed.model_outside_cpu_s += deferred
         started = time.perf_counter()
         answer = json.loads(ask(connection, {"op": "run", "side": side, "calls": calls}))
         seconds = time.perf_counter() - started
@@ -265,6 +271,7 @@ CLOCK_AGREEMENT = 0.9  # the child's clock must account for this share of the pa
 EXTRA_CORES = 1.25  # CPU time / wall time of a block past which more than one core worked (CPU timing is single-threaded)
 OUTSIDE_SHARE = 0.1  # CPU while the clock was stopped, as a share of the candidate's timed time, past which work escaped it
 OUTSIDE_FLOOR_S = 0.02
+MODEL_MARGIN = 1.5  # a submission may work beside its calls as much as the model solution did in the same grade, times this
 BASELINE_SLOWER = 1.25  # the baseline's time over its pristine copy's, beyond which (the interval's lower end) something reached it
 STARVED_SHARE = 0.6  # the baseline's CPU share of its blocks' time, over the candidate's, below which it was kept off the CPU
 REPEAT_GAIN = 2.0  # first timed candidate block / later ones, over the baseline's same ratio, past which a cache answered
@@ -280,6 +287,8 @@ def clock_figures(processes: list[TimedProcess]) -> dict[str, Any]:
         figures[f"{side}_child_s"] = round(sum(b.child_s for b in blocks), 6)
         figures[f"{side}_cpu_s"] = round(sum(b.cpu_s for b in blocks), 6)
     figures["outside_cpu_s"] = round(sum(p.outside_cpu_s for p in processes), 6)
+    figures["baseline_outside_cpu_s"] = round(sum(p.model_outside_cpu_s for p in processes), 6)
+    figures["baseline_cores"] = round(_model_cores(processes), 3)
     gains = [g for g in (_repeat_gain(p) for p in processes) if g is not None]
     if gains:
         figures["repeat_gain"] = round(_geometric_mean(gains), 4)
@@ -317,17 +326,22 @@ def anomaly(processes: list[TimedProcess], device: str) -> tuple[str, str] | Non
         )
     if device != "cpu":
         return None
-    for b in (b for p in processes for b in p.blocks):
-        if b.cpu_s > EXTRA_CORES * b.parent_s + CLOCK_SLACK_S:
+    model_cores = _model_cores(processes)
+    cores = max(EXTRA_CORES, MODEL_MARGIN * model_cores)
+    for b in candidate:
+        if b.cpu_s > cores * b.parent_s + CLOCK_SLACK_S:
+            allowed = f"the model solution's own blocks used at most {model_cores:.2f} cores" if model_cores > EXTRA_CORES else "CPU timing is single-threaded"
             return "work_beside_the_clock", (
-                f"a {b.side} block used {b.cpu_s * 1e3:.1f} ms of CPU in {b.parent_s * 1e3:.1f} ms: more than one core worked "
-                "while CPU timing is single-threaded (a thread or a process of the submission ran beside the timed call)"
+                f"a candidate block used {b.cpu_s * 1e3:.1f} ms of CPU in {b.parent_s * 1e3:.1f} ms ({b.cpu_s / b.parent_s:.2f} cores), "
+                f"while {allowed} (a thread or a process of the submission ran beside the timed call)"
             )
     outside = sum(p.outside_cpu_s for p in processes)
-    if outside > OUTSIDE_FLOOR_S + OUTSIDE_SHARE * parent_s:
+    model_deferred_s = MODEL_MARGIN * _model_outside_per_call(processes) * sum(b.calls for b in candidate)
+    if outside > OUTSIDE_FLOOR_S + OUTSIDE_SHARE * parent_s + model_deferred_s:
+        beside = f", and the model solution's own deferred work allows {model_deferred_s * 1e3:.0f} ms" if model_deferred_s else ""
         return "work_beside_the_clock", (
             f"the graded process used {outside * 1e3:.0f} ms of CPU while the clock was stopped, against {parent_s * 1e3:.0f} ms "
-            "of timed candidate calls: work deferred past the end of a call (a thread, a signal handler, a process) escapes the clock"
+            f"of timed candidate calls{beside}: work deferred past the end of a call (a thread, a signal handler, a process) escapes the clock"
         )
     gains = [g for g in (_repeat_gain(p) for p in processes) if g is not None]
     if len(gains) >= 2 and min(gains) > REPEAT_GAIN:  # a cache shows in every process; noise, in one
@@ -361,6 +375,18 @@ def baseline_anomaly(processes: list[TimedProcess], device: str) -> tuple[str, s
     return None
 
 
+def _model_cores(processes: list[TimedProcess]) -> float:
+    """The most cores a timed block of the model solution kept busy (a DataLoader's workers), where it has children of its own (grading)."""
+    graded = processes and all(p.samples.others.get("pristine") for p in processes)
+    return max((b.cpu_s / b.parent_s for p in processes for b in p.blocks if graded and b.side in ("baseline", "pristine") and b.parent_s > 0), default=0.0)
+
+
+def _model_outside_per_call(processes: list[TimedProcess]) -> float:
+    """The model solution's CPU time while its child should have been idle (a DataLoader's prefetch), per timed call."""
+    calls = sum(b.calls for p in processes for b in p.blocks if b.side == "baseline")
+    return sum(p.model_outside_cpu_s for p in processes) / calls if calls else 0.0
+
+
 def _repeat_gain(process: TimedProcess) -> float | None:
     """(candidate's first timed block / the median of its later ones) / (the same for the baseline)."""
     sides = {side: [b.parent_s / b.calls for b in process.blocks if b.side == side] for side in ("candidate", "baseline")}
@@ -371,6 +397,4 @@ def _repeat_gain(process: TimedProcess) -> float | None:
 
 
 def _geometric_mean(values: list[float]) -> float:
-    import math
-
     return math.exp(sum(math.log(v) for v in values) / len(values))
