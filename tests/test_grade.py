@@ -192,6 +192,19 @@ def test_a_malicious_pickle_from_the_graded_process_is_not_unpickled(tmp_path, e
     assert "not plain data" in phase(record, "correct").message, phase(record, "correct").message
 
 
+def test_what_the_buggy_code_s_classes_call_is_not_the_model_solution():
+    """A fix may reuse what the buggy code reaches through the classes it uses (a Dataset's __getitem__ and its helpers),
+    and only what the solution alone reaches is behind the tripwires."""
+    from harness.cases import reachable
+    from harness.grading.submitted import solution_functions
+
+    module = load_case("dataloader_worker_killed")
+    names = lambda functions: {function.__name__ for function in functions}  # noqa: E731
+    buggy_direct, buggy_classes = names(reachable(module, [module.buggy])), names(reachable(module, [module.buggy], through_classes=True))
+    assert {"frame_tensors", "__getitem__"} <= buggy_classes - buggy_direct  # reached only through the Dataset class
+    assert names(solution_functions(module)) == {"fixed", "reference"}
+
+
 @pytest.mark.parametrize("function", ["calls_the_case_fixed", "calls_the_case_reference", "swallows_the_tripwire"])
 def test_calling_the_case_s_own_solution_is_caught(tmp_path, environment, function):
     verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", function, ["fix"])
