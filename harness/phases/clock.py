@@ -287,8 +287,7 @@ def clock_figures(processes: list[TimedProcess]) -> dict[str, Any]:
         figures[f"{side}_child_s"] = round(sum(b.child_s for b in blocks), 6)
         figures[f"{side}_cpu_s"] = round(sum(b.cpu_s for b in blocks), 6)
     figures["outside_cpu_s"] = round(sum(p.outside_cpu_s for p in processes), 6)
-    figures["baseline_outside_cpu_s"] = round(sum(p.model_outside_cpu_s for p in processes), 6)
-    figures["baseline_cores"] = round(_model_cores(processes), 3)
+    figures.update(baseline_outside_cpu_s=round(sum(p.model_outside_cpu_s for p in processes), 6), baseline_cores=round(_model_cores(processes), 3))
     gains = [g for g in (_repeat_gain(p) for p in processes) if g is not None]
     if gains:
         figures["repeat_gain"] = round(_geometric_mean(gains), 4)
@@ -327,7 +326,7 @@ def anomaly(processes: list[TimedProcess], device: str) -> tuple[str, str] | Non
     if device != "cpu":
         return None
     model_cores = _model_cores(processes)
-    cores = max(EXTRA_CORES, MODEL_MARGIN * model_cores)
+    cores = MODEL_MARGIN * model_cores if model_cores > EXTRA_CORES else EXTRA_CORES  # only where the model itself is past the line
     for b in candidate:
         if b.cpu_s > cores * b.parent_s + CLOCK_SLACK_S:
             allowed = f"the model solution's own blocks used at most {model_cores:.2f} cores" if model_cores > EXTRA_CORES else "CPU timing is single-threaded"
@@ -382,9 +381,10 @@ def _model_cores(processes: list[TimedProcess]) -> float:
 
 
 def _model_outside_per_call(processes: list[TimedProcess]) -> float:
-    """The model solution's CPU time while its child should have been idle (a DataLoader's prefetch), per timed call."""
-    calls = sum(b.calls for p in processes for b in p.blocks if b.side == "baseline")
-    return sum(p.model_outside_cpu_s for p in processes) / calls if calls else 0.0
+    """The model solution's CPU while its child should idle (a DataLoader's prefetch) per call; 0 where it is not past the line itself."""
+    blocks = [b for p in processes for b in p.blocks if b.side == "baseline"]
+    outside, calls = sum(p.model_outside_cpu_s for p in processes), sum(b.calls for b in blocks)
+    return outside / calls if calls and outside > OUTSIDE_FLOOR_S + OUTSIDE_SHARE * sum(b.parent_s for b in blocks) else 0.0
 
 
 def _repeat_gain(process: TimedProcess) -> float | None:
