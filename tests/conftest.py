@@ -8,6 +8,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from harness.cases import ROOT, Growth, Slow, case_names, load_case, symptom_on
+from harness.phases import FAILURE_REPRODUCED
 from harness.run import probe_environment, run_case
 
 ENVIRONMENT = probe_environment()  # probed in an isolated child
@@ -43,25 +44,29 @@ def environment():
 CORRECTNESS_PHASES = ("reproduce", "fix", "correct", "bad_fixes")
 
 
+def failure_on_cpu_is(name: str, *kinds: type) -> bool:
+    return isinstance(symptom_on(load_case(name).symptoms["cpu"], torch.__version__), kinds)
+
+
 def timed_reproduce(name: str) -> bool:
     """Whether the case's failure is time (`Slow`) on CPU: its reproduce is a timing, left to the slow tests."""
-    return isinstance(symptom_on(load_case(name).symptoms["cpu"], torch.__version__), Slow)
+    return failure_on_cpu_is(name, Slow)
 
 
-def measured_failure(name: str) -> bool:
-    """Whether the case's failure on CPU is a measurement (time, `Slow`; memory kept, `Growth`): a starter carrying it is
-    rejected by the speed or the memory phase, end to end, under -m slow."""
-    return isinstance(symptom_on(load_case(name).symptoms["cpu"], torch.__version__), (Slow, Growth))
+def _cases_slow_where(measured: tuple[type, ...]) -> list:
+    return [pytest.param(name, marks=pytest.mark.slow) if failure_on_cpu_is(name, *measured) else name for name in case_names()]
 
 
 def starter_params() -> list:
-    return [pytest.param(name, marks=pytest.mark.slow) if measured_failure(name) else name for name in case_names()]
+    """Every case, marked slow where its failure on CPU is a measurement (time, `Slow`; memory kept, `Growth`): a
+    starter carrying it is rejected by the speed or the memory phase, end to end."""
+    return _cases_slow_where((Slow, Growth))
 
 
 def reproduce_params() -> list:
     """Every case, a case whose failure is time (`Slow`) marked slow: its reproduce is a timing, and its every phase
     compiles (the compiler's behaviour is its failure), too long for the plain run."""
-    return [pytest.param(name, marks=pytest.mark.slow) if timed_reproduce(name) else name for name in case_names()]
+    return _cases_slow_where((Slow,))
 
 
 class CorrectnessRecords:
@@ -85,3 +90,25 @@ class CorrectnessRecords:
 @pytest.fixture(scope="session")
 def correctness_records(environment, tmp_path_factory):
     return CorrectnessRecords(environment, tmp_path_factory)
+
+
+# -- a reproduce record read as a log (test_triage, test_cases_cpu) ------------------------------
+
+
+def record_log(record: dict) -> str:
+    """What a reproduce record holds of the failure: the text a user of the harness would paste."""
+    reproduce = next(p for p in record["phases"] if p["phase"] == "reproduce")
+    figures = reproduce["figures"]
+    parts = [reproduce["message"], figures.get("error", ""), f"raised at {figures['raised_at']}" if "raised_at" in figures else ""]
+    parts += [str(figures.get(key, "")) for key in ("traceback", "stack", "native_error", "output_line")]
+    parts += figures.get("warnings", []) + figures.get("logged", [])
+    return "\n".join(parts + [reproduce["output_tail"]])
+
+
+def names_its_failure(reproduce: dict) -> bool:
+    """Whether a reproduce record holds text that names its failure: an error, a native abort, a warning; not a
+    compiled run that returned where eager raises (silent), nor a wrong result no warning announced."""
+    status = reproduce["status"]
+    if status not in FAILURE_REPRODUCED or status == "silent":
+        return False
+    return status != "wrong_result" or bool(reproduce["figures"].get("warnings"))

@@ -12,8 +12,7 @@ from harness.cases import case_names
 from harness.phases import CLEAN_RUN, FAILURE_REPRODUCED
 from harness.run import run_case
 from harness.triage import triage
-from tests.conftest import compose_config, reproduce_params
-from tests.test_triage import _names_its_failure, _record_log
+from tests.conftest import compose_config, names_its_failure, record_log, reproduce_params
 
 
 @pytest.fixture(scope="module", params=reproduce_params())
@@ -54,8 +53,8 @@ def test_a_fresh_reproduce_record_triages_to_its_own_case(correctness_records, n
     record = json.loads(json.dumps(correctness_records(name, with_timed_reproduce=True)[0].to_json(), default=str))
     record["phases"] = [phase for phase in record["phases"] if phase["phase"] == "reproduce"]  # the record a user would paste
     reproduce = record["phases"][0]
-    verdict = triage(_record_log(record))
-    if _names_its_failure(reproduce):
+    verdict = triage(record_log(record))
+    if names_its_failure(reproduce):
         assert verdict.case == name, [(c.case, c.score, c.why) for c in verdict.candidates]
     else:
         assert reproduce["status"] in ("fixed_upstream", "clean_before", "wrong_result") and verdict.case is None, reproduce["message"]

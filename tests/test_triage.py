@@ -20,7 +20,7 @@ import pytest
 
 from harness.cases import ROOT, case_names, case_text, load_case
 from harness.triage import NOT_KNOWN, TOO_LITTLE, UNCLAIMED_CEILING, VERDICT_SCORE, load_signs, main, normalise, triage
-from harness.phases import FAILURE_REPRODUCED
+from tests.conftest import names_its_failure, record_log
 
 FIXTURES = ROOT / "tests" / "triage_logs"
 HELD_OUT = ROOT / "tests" / "triage_logs_heldout"
@@ -112,16 +112,6 @@ def test_fixtures_come_from_many_projects_and_none_from_the_cases_own_upstream_t
 # -- the harness's own records ---------------------------------------------------------------
 
 
-def _record_log(record: dict) -> str:
-    """What a reproduce record holds of the failure: the text a user of the harness would paste."""
-    reproduce = next(p for p in record["phases"] if p["phase"] == "reproduce")
-    figures = reproduce["figures"]
-    parts = [reproduce["message"], figures.get("error", ""), f"raised at {figures['raised_at']}" if "raised_at" in figures else ""]
-    parts += [str(figures.get(key, "")) for key in ("traceback", "stack", "native_error", "output_line")]
-    parts += figures.get("warnings", []) + figures.get("logged", [])
-    return "\n".join(parts + [reproduce["output_tail"]])
-
-
 RECORDS = sorted((ROOT / "results" / "matrix").rglob("*.json"))
 RECORDS = [path for path in RECORDS if "phases" in json.loads(path.read_text())]
 
@@ -130,8 +120,8 @@ RECORDS = [path for path in RECORDS if "phases" in json.loads(path.read_text())]
 def test_every_committed_record_triages_to_its_own_case(path):
     record = json.loads(path.read_text())
     reproduce = next(p for p in record["phases"] if p["phase"] == "reproduce")
-    verdict = triage(_record_log(record))
-    if not _names_its_failure(reproduce):
+    verdict = triage(record_log(record))
+    if not names_its_failure(reproduce):
         # silent: the compiled buggy code returned (wrong values) where eager raises; a wrong result no warning
         # announced: no error text names anything
         assert verdict.case is None, f"{reproduce['status']}: no failure to name, yet {verdict.case}"
@@ -153,15 +143,6 @@ def test_every_committed_record_triages_to_its_own_case(path):
         assert next(c for c in verdict.candidates if c.case == "codebook_oob").score <= UNCLAIMED_CEILING
     else:
         assert verdict.case == record["case"], [(c.case, c.score, c.why) for c in verdict.candidates]
-
-
-def _names_its_failure(reproduce: dict) -> bool:
-    """Whether a reproduce record holds text that names its failure: an error, a native abort, a warning; not a
-    compiled run that returned where eager raises (silent), nor a wrong result no warning announced."""
-    status = reproduce["status"]
-    if status not in FAILURE_REPRODUCED or status == "silent":
-        return False
-    return status != "wrong_result" or bool(reproduce["figures"].get("warnings"))
 
 
 # -- the rules -------------------------------------------------------------------------------

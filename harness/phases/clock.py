@@ -376,8 +376,8 @@ def baseline_anomaly(processes: list[TimedProcess], device: str) -> tuple[str, s
 
 def _model_cores(processes: list[TimedProcess]) -> float:
     """The most cores a timed block of the model solution kept busy (a DataLoader's workers), where it has children of its own (grading)."""
-    graded = processes and all(p.samples.others.get("pristine") for p in processes)
-    return max((b.cpu_s / b.parent_s for p in processes for b in p.blocks if graded and b.side in ("baseline", "pristine") and b.parent_s > 0), default=0.0)
+    shares = [b.cpu_s / b.parent_s for p in processes for b in p.blocks if b.side in ("baseline", "pristine") and b.parent_s > 0]
+    return max(shares, default=0.0) if processes and all(p.samples.others.get("pristine") for p in processes) else 0.0
 
 
 def _model_outside_per_call(processes: list[TimedProcess]) -> float:
