@@ -97,7 +97,7 @@ def launch(
     watchdog = threading.Timer(deadline_s, _kill, args=(before,))
     failure: ChildFailedError | None = None
     try:
-        with _launcher_side_effects_undone():
+        with _launcher_side_effects_undone(), _temporary_files_in(log_root):
             watchdog.start()
             try:
                 results = elastic_launch(config, _rank_entry(rank_fn))(job)
@@ -163,6 +163,18 @@ def _launcher_side_effects_undone():
             signal.signal(sig, handler)
         os.environ.clear()
         os.environ.update(environment)
+
+
+@contextmanager
+def _temporary_files_in(folder: str):
+    """torch.multiprocessing gives each rank an error file in the temporary folder (`pytorch-errorfile-*.pickle`) and
+    leaves it there for every rank that raised: make them in the launch's own folder, which goes with it."""
+    before = tempfile.tempdir
+    tempfile.tempdir = folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before
 
 
 # -- what the ranks left -------------------------------------------------------------------

@@ -251,7 +251,9 @@ def run_case(
     submitted = submitted_fix(cfg)
     mode = compile_axis.mode_of(cfg)
     plan = plan_run(cfg, device, submitted)
-    kernels = tempfile.mkdtemp(prefix="harness-grade-kernels-") if submitted is not None and mode != "off" else None  # the submission's alone
+    # The submission's kernels, shared by its children alone: it may compile where compile=off too (a case that
+    # compiles itself, a fix that calls torch.compile), and each child compiling cold cost recompile_limit 30 s.
+    kernels = tempfile.mkdtemp(prefix="harness-grade-kernels-") if submitted is not None else None
     limits = Limits(kernels=kernels)
     settings = Settings(device=device, timeout_s=float(cfg.timeout_s), speed=speed_settings(cfg), cpu_threads=int(cfg.speed.cpu_threads), limits=limits, memory=memory_settings(cfg))
     record = CaseRecord(

@@ -25,7 +25,7 @@ def cpu_record(request, correctness_records):
 @pytest.fixture(scope="module", params=case_names())
 def full_cpu_record(request, environment, tmp_path_factory):
     """Each case end to end on CPU, every phase (slow tests only)."""
-    cfg = compose_config(f"case={request.param}", "device=cpu", "speed.process_s=0.2", "speed.warmup=1", "speed.max_s=10")
+    cfg = compose_config(f"case={request.param}", "device=cpu", "speed.process_s=0.2", "speed.warmup=1", "speed.max_s=30")
     return run_case(cfg, "cpu", tmp_path_factory.mktemp(request.param + "-full"), environment)
 
 
@@ -131,7 +131,11 @@ def test_the_memory_phase_measures_the_fix_or_says_why_not(full_cpu_record):
     memory = _phase(record, "memory")
     assert memory.status in ("within_budget", "inconclusive", "measured", "not_applicable"), memory.message
     if memory.status != "not_applicable":
-        assert memory.figures["max_peak"] >= 0 and memory.figures["baseline"]["max_peak"] > 0, memory.message
+        baseline = memory.figures["baseline"]
+        assert memory.figures["max_peak"] >= 0 and baseline["max_peak"] >= 0, memory.message
+        # something measured: a peak in the process, or its workers' series (a loader's own process, which only
+        # receives batches, may stay under the high-water mark its warm-up set: peak 0 B)
+        assert baseline["max_peak"] > 0 or baseline.get("workers", {}).get("count"), memory.message
     for phase in record.phases:
         if phase.phase.startswith("memory_fix:"):
             assert (phase.status, phase.ok) in (("flagged", True), ("no_budget", True)), f"{phase.phase}: {phase.message}"

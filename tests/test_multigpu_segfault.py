@@ -7,6 +7,7 @@ so the processes it leaves and the ports it holds are checked right here.
 import logging
 import os
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,14 +41,19 @@ def no_log_records():
 
 
 @pytest.fixture
-def no_leftovers():
-    """Whatever the test launched is gone when it ends: no child process, no listening socket of ours.
+def no_leftovers(tmp_path, monkeypatch):
+    """Whatever the test launched is gone when it ends: no child process, no listening socket of ours, no file in the
+    temporary folder (a rank that raised used to leave torch.multiprocessing's `pytorch-errorfile-*.pickle` there).
 
     Yields the processes that were already there (the harness's fork server, when conftest started it)."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     before, ports_before = set(descendants(os.getpid())), own_listening_ports()
     yield before
     assert set(descendants(os.getpid())) <= before
     assert own_listening_ports() <= ports_before
+    assert sorted(path.name for path in temporary.iterdir() if not path.name.startswith("torchinductor_")) == []  # bar torch's kernel cache
 
 
 def failure_of(function, the_job):

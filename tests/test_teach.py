@@ -1,9 +1,13 @@
 """The teaching pages, notebooks and figures (harness/teach/): in sync with the cases and records, complete, runnable."""
 
+import concurrent.futures
 import io
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import markdown
 import matplotlib.image
@@ -11,7 +15,6 @@ import nbformat
 import numpy as np
 import pytest
 import yaml
-from nbclient import NotebookClient
 
 from harness.cases import CASE_CONFIG_DIR, ROOT, case_names
 from harness.teach import DOCS, RECORDS, main, material, stale
@@ -146,13 +149,38 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys):
     assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
 
 
-@pytest.mark.slow  # a kernel per notebook, every phase of the case again (tests/test_cases_cpu.py runs them): 30 to 220 s each
+EXECUTE_NOTEBOOK = """
+import sys, nbformat
+from nbclient import NotebookClient
+book = nbformat.read(sys.argv[1], as_version=4)
+NotebookClient(book, timeout=180, kernel_name="python3", resources={"metadata": {"path": sys.argv[2]}}).execute()
+print("\\n".join(output.get("text", "") for cell in book.cells if cell.cell_type == "code" for output in cell.outputs))
+"""
+
+
+@pytest.fixture(scope="module")
+def executed_notebooks() -> dict[str, subprocess.CompletedProcess]:
+    """Every case's notebook executed top to bottom, each in a process (and kernel) of its own, one per CPU up to two
+    at a time: nothing in a notebook is judged by its timing, and one at a time they took 627 s of CI's slow run."""
+    def execute(name):
+        command = [sys.executable, "-c", EXECUTE_NOTEBOOK, str(DOCS / f"{name}.ipynb"), str(DOCS)]
+        try:
+            return subprocess.run(command, capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(command, -9, "", f"{name}.ipynb did not finish in 900 s")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(2, len(os.sched_getaffinity(0))))) as pool:
+        return dict(zip(case_names(), pool.map(execute, case_names())))
+
+
+@pytest.mark.slow  # a kernel per notebook, every phase of the case again (tests/test_cases_cpu.py runs them): 10 to 85 s each
 @pytest.mark.parametrize("name", case_names())
-def test_each_notebook_runs_top_to_bottom_on_cpu(name):
+def test_each_notebook_runs_top_to_bottom_on_cpu(executed_notebooks, name):
     book = nbformat.reads((DOCS / f"{name}.ipynb").read_text(), as_version=4)
     assert all(not cell.get("outputs") for cell in book.cells if cell.cell_type == "code"), "committed without outputs"
-    NotebookClient(book, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(DOCS)}}).execute()
-    printed = "\n".join(output.get("text", "") for cell in book.cells if cell.cell_type == "code" for output in cell.outputs)
+    ran = executed_notebooks[name]
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    printed = ran.stdout
     assert "running on cpu" in printed
     assert re.search(r"^(reproduced|wrong_result|warned|slow|fixed_upstream|clean_before): ", printed, re.M), printed[:2000]
     assert "fix vs reference: match" in printed

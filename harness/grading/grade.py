@@ -349,9 +349,9 @@ def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings
     inputs, computed in a clean child; a wrong one rejects the fix, whatever its speed."""
     kept = record.figures.pop("checked_outputs", None)
     check_dir = record.figures.pop("checked_dir", None)
-    if kept is None:
-        return record
     try:
+        if kept is None:
+            return record
         figures = {**record.figures, "timed_outputs_checked": len(kept), "timed_outputs_of": record.figures.get("timed_blocks", 0)}
         if not kept:
             return dataclasses.replace(record, figures=figures)

@@ -8,6 +8,7 @@ import functools
 import os
 import random
 import secrets
+import shutil
 import signal
 import tempfile
 import time
@@ -50,6 +51,24 @@ def budget_of(speed_cfg: DictConfig | None, device: str) -> float | None:
 def time_against(
     phase: str, candidate: str, budget: float | None, cfg: DictConfig, settings: Settings, *, baseline: str = "speed_baseline", inputs: Any = None
 ) -> PhaseRecord:
+    """Time `candidate` against `baseline` (harness.phases.speed._time_against). Grading, the timed outputs kept for the
+    judge go to a folder of the phase's own; a record that does not hand it on (`checked_dir`: a timing that ended
+    early, crashed or raised) leaves nothing of it behind."""
+    graded = submission_of(cfg) is not None and candidate == SPEED_CANDIDATE
+    check_dir = Path(tempfile.mkdtemp(prefix="harness-checked-")) if graded else None
+    handed_on = False
+    try:
+        record = _time_against(phase, candidate, budget, cfg, settings, baseline, inputs, graded, check_dir)
+        handed_on = "checked_dir" in record.figures
+        return record
+    finally:
+        if check_dir is not None and not handed_on:
+            shutil.rmtree(check_dir, ignore_errors=True)
+
+
+def _time_against(
+    phase: str, candidate: str, budget: float | None, cfg: DictConfig, settings: Settings, baseline: str, inputs: Any, graded: bool, check_dir: Path | None
+) -> PhaseRecord:
     """Time `candidate` against `baseline` (case functions by name), one timing process after another.
 
     Each timing process serves `pairs` interleaved pairs on inputs of its own, timed by this process
@@ -69,8 +88,6 @@ def time_against(
     own; and an interval that still straddles the budget after `grade_max_s` is `undecided`, a rejection.
     """
     timing = settings.speed
-    graded = submission_of(cfg) is not None and candidate == SPEED_CANDIDATE
-    check_dir = Path(tempfile.mkdtemp(prefix="harness-checked-")) if graded else None
     started = time.monotonic()
     processes: list[TimedProcess] = []
     checked: list[dict[str, Any]] = []
