@@ -53,10 +53,6 @@ def timed_reproduce(name: str) -> bool:
     return failure_on_cpu_is(name, Slow)
 
 
-def _cases_slow_where(measured: tuple[type, ...]) -> list:
-    return [pytest.param(name, marks=pytest.mark.slow) if failure_on_cpu_is(name, *measured) else name for name in case_names()]
-
-
 def cases_failing_in_value() -> list[str]:
     """The cases whose failure on CPU is not a measurement (time, `Slow`; memory kept, `Growth`): a starter carrying
     it is rejected by its fix or correct phase, in seconds. The others' starters are rejected by a measurement, end to
@@ -67,7 +63,7 @@ def cases_failing_in_value() -> list[str]:
 def reproduce_params() -> list:
     """Every case, a case whose failure is time (`Slow`) marked slow: its reproduce is a timing, and its every phase
     compiles (the compiler's behaviour is its failure), too long for the plain run."""
-    return _cases_slow_where((Slow,))
+    return [pytest.param(name, marks=pytest.mark.slow) if timed_reproduce(name) else name for name in case_names()]
 
 
 class CorrectnessRecords:

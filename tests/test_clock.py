@@ -1,5 +1,10 @@
 """What the parent sees beside the samples (harness/phases/clock.py), judged on made-up timings."""
 
+import importlib
+import tempfile
+
+import pytest
+
 from harness.phases.clock import BlockTiming, TimedProcess, anomaly, clock_figures
 from harness.timing import PairedSamples
 
@@ -122,3 +127,30 @@ def test_the_settings_an_import_changes_are_named():
     finally:
         torch.backends.mkldnn.enabled = previous
     assert said == [f"torch.backends.mkldnn.enabled {previous!r} -> {not previous!r}"]
+
+
+def test_a_graded_timing_that_ends_early_leaves_no_folder_of_checked_outputs(tmp_path, monkeypatch):
+    """The folder of timed outputs kept for the judge goes with a timing that raised or ended before handing it on."""
+    speed = importlib.import_module("harness.phases.speed")  # the package's `speed` is the phase function
+    folders = []
+
+    def folder(prefix):
+        folders.append(tmp_path / f"{prefix}{len(folders)}")
+        folders[-1].mkdir()
+        return str(folders[-1])
+
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda prefix: folder(prefix))
+    monkeypatch.setattr(speed, "submission_of", lambda cfg: object())
+    ended = [RuntimeError("the timing child crashed"), speed.PhaseRecord("speed", "crashed", False, "", {}, 0.0, "")]
+
+    def ends_early(*args):
+        outcome = ended.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(speed, "_time_against", ends_early)
+    with pytest.raises(RuntimeError):
+        speed.time_against("speed", speed.SPEED_CANDIDATE, 1.5, None, None)
+    assert speed.time_against("speed", speed.SPEED_CANDIDATE, 1.5, None, None).status == "crashed"
+    assert len(folders) == 2 and not any(path.exists() for path in folders)
