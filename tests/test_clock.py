@@ -5,7 +5,7 @@ import tempfile
 
 import pytest
 
-from harness.phases.clock import BlockTiming, TimedProcess, anomaly, clock_figures
+from harness.phases.clock import BlockTiming, TimedProcess, anomaly, clock_figures, drive
 from harness.timing import PairedSamples
 
 
@@ -154,3 +154,37 @@ def test_a_graded_timing_that_ends_early_leaves_no_folder_of_checked_outputs(tmp
         speed.time_against("speed", speed.SPEED_CANDIDATE, 1.5, None, None)
     assert speed.time_against("speed", speed.SPEED_CANDIDATE, 1.5, None, None).status == "crashed"
     assert len(folders) == 2 and not any(path.exists() for path in folders)
+
+
+@pytest.mark.parametrize("apart", [False, True])
+def test_a_case_timed_apart_has_each_side_in_a_process_of_its_own_driven_at_once(apart, monkeypatch, tmp_path, environment):
+    """`speed.apart` (recompile_limit's yaml): the fix and its baseline each in a child of its own, both alive while the
+    parent takes their blocks in turn; a case's own timing otherwise serves both sides from one child."""
+    from harness.run import run_case
+    from tests.conftest import compose_config
+
+    speed = importlib.import_module("harness.phases.speed")
+    driven = []
+
+    def watched_drive(children, deadline, **settings):
+        pids = {side: pid for side, (_, pid) in children.items()}
+        driven.append((pids, {pid: _alive(pid) for pid in pids.values()}))
+        return drive(children, deadline, **settings)
+
+    monkeypatch.setattr(speed, "drive", watched_drive)
+    overrides = ["speed.process_s=0.05", "speed.pairs=2", "speed.max_processes=2", "case.speed.budget.cpu=100"]
+    record, _ = run_case(compose_config("case=embedding_oob", "device=cpu", "phases=[speed]", *overrides, f"+case.speed.apart={apart}"), "cpu", tmp_path, environment)
+    assert record.phases[0].status == "within_budget", record.phases[0].message
+    assert len(driven) == record.phases[0].figures["processes"] >= 2
+    for pids, alive in driven:
+        assert set(pids) == {"candidate", "baseline"} and all(alive.values())
+        assert (pids["candidate"] != pids["baseline"]) == apart
+    assert len({pids["candidate"] for pids, _ in driven}) == len(driven)  # a fresh child per timing process, either way
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] not in "ZX"
+    except FileNotFoundError:
+        return False

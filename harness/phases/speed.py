@@ -248,6 +248,12 @@ def _apart_timing_process(talk: Callable, candidate: str, baseline: str, inputs:
     return results
 
 
+# What a timing child timed, kept until it exits (os._exit, harness/isolate.py): its teardown is no part of the timing,
+# and on torch 2.6.0 freeing recompile_limit's session, its block's forward past dynamo's cache limit, died of SIGSEGV
+# after the samples were taken (the reproduce phase's timing children, and the control's).
+_KEPT_TILL_EXIT: list[Any] = []
+
+
 def _speed_in_child(
     candidate: str,
     baseline: str,
@@ -302,4 +308,5 @@ def _speed_in_child(
         told["changed_by_its_calls"] = changes(before, process_settings())
     if not told.get("changed_on_import"):
         told.pop("changed_on_import", None)
+    _KEPT_TILL_EXIT.append((functions, warm_inputs))
     return {"cpu_threads": torch.get_num_threads(), **told}, None  # plain data back
