@@ -248,9 +248,9 @@ def _apart_timing_process(talk: Callable, candidate: str, baseline: str, inputs:
     return results
 
 
-# What a timing child timed, kept until it exits (os._exit, harness/isolate.py): its teardown is no part of the timing,
-# and on torch 2.6.0 freeing recompile_limit's session, its block's forward past dynamo's cache limit, died of SIGSEGV
-# after the samples were taken (the reproduce phase's timing children, and the control's).
+# What a timing child timed, kept until it exits (os._exit, harness/isolate.py) where the case's yaml says
+# `speed.keep_till_exit`: on torch 2.6.0, freeing recompile_limit's session (its block's forward past dynamo's cache
+# limit) died of SIGSEGV after the samples were taken. Not for every case: a DataLoader's workers end as it is freed.
 _KEPT_TILL_EXIT: list[Any] = []
 
 
@@ -279,6 +279,11 @@ def _speed_in_child(
     def make(seed: int | None) -> Any:
         return case.make_inputs(speed_cfg if seed is None else OmegaConf.merge(speed_cfg, {"seed": seed}), settings.device)
 
+    def keep(made: Any) -> Any:
+        if OmegaConf.select(cfg, "speed.keep_till_exit"):
+            _KEPT_TILL_EXIT.append(made)
+        return made
+
     warm_inputs = make(seeds and seeds["warmup"])  # every thread; a case that cannot make its inputs is an error
     if settings.device == "cpu":
         torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
@@ -299,7 +304,7 @@ def _speed_in_child(
                 del settle_inputs
             told["graphs"] = compile_axis.graphs_compiled()
         before = process_settings() if seeds and "candidate" in sides else None
-        serve(connection, functions, warm_inputs, settings.device, (lambda: make(seeds["timed"])) if seeds else None)
+        serve(connection, functions, warm_inputs, settings.device, (lambda: keep(make(seeds["timed"]))) if seeds else None)
     except Exception as error:  # noqa: BLE001
         return None, Failure.from_exception(error)
     if "graphs" in told:
@@ -308,5 +313,5 @@ def _speed_in_child(
         told["changed_by_its_calls"] = changes(before, process_settings())
     if not told.get("changed_on_import"):
         told.pop("changed_on_import", None)
-    _KEPT_TILL_EXIT.append((functions, warm_inputs))
+    keep((functions, warm_inputs))
     return {"cpu_threads": torch.get_num_threads(), **told}, None  # plain data back
