@@ -52,6 +52,13 @@ def test_a_cache_shows_in_every_process_noise_in_one():
     assert anomaly([process(candidate=cached), process()], "cpu") is None
 
 
+def test_a_first_call_slower_on_inputs_that_never_repeat_is_no_cache():
+    """A case whose calls advance the state in their inputs (`carries_state`) never times the same inputs twice: its fix's
+    slow first call on fresh inputs is work done once per inputs (recompile_limit compiles the new session's block)."""
+    once_per_inputs = (0.3, 0.08, 0.08, 0.08, 0.08, 0.08)
+    assert anomaly([process(candidate=once_per_inputs), process(candidate=once_per_inputs)], "cpu", inputs_repeat=False) is None
+
+
 # -- grading: the baseline in children of its own, beside a pristine copy ------------------------------
 
 

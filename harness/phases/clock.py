@@ -308,8 +308,13 @@ def _cpu_share(processes: list[TimedProcess], side: str) -> float:
     return shares[len(shares) // 2] if shares else 1.0
 
 
-def anomaly(processes: list[TimedProcess], device: str) -> tuple[str, str] | None:
-    """(status, message) for the first thing the parent saw that the samples alone would hide, or None."""
+def anomaly(processes: list[TimedProcess], device: str, inputs_repeat: bool = True) -> tuple[str, str] | None:
+    """(status, message) for the first thing the parent saw that the samples alone would hide, or None.
+
+    inputs_repeat: False for a case whose every call advances the state in its inputs (`carries_state`): no timed call
+    meets the inputs of an earlier one, so a slow first call on fresh inputs is work done once per inputs (recompile_limit
+    compiles its new session's block, and a correct fix may compile twice where the model compiles once), not a cache;
+    a cache answering anyway answers stale, which the judge of timed outputs sees."""
     for process in processes:
         for b in process.blocks:
             if b.child_s > b.parent_s + CLOCK_SLACK_S:
@@ -343,7 +348,7 @@ def anomaly(processes: list[TimedProcess], device: str) -> tuple[str, str] | Non
             f"of timed candidate calls{beside}: work deferred past the end of a call (a thread, a signal handler, a process) escapes the clock"
         )
     gains = [g for g in (_repeat_gain(p) for p in processes) if g is not None]
-    if len(gains) >= 2 and min(gains) > REPEAT_GAIN:  # a cache shows in every process; noise, in one
+    if inputs_repeat and len(gains) >= 2 and min(gains) > REPEAT_GAIN:  # a cache shows in every process; noise, in one
         return "faster_on_repeated_inputs", (
             f"in every timing process its first timed call on new inputs took at least {min(gains):.1f}x as long as its later calls on the same inputs, "
             "relative to the model solution's: it answers repeated inputs from a cache (keyed on identity or content), not by computing"

@@ -182,7 +182,7 @@ def _time_against(
         figures.update(checked_outputs=checked, checked_dir=str(check_dir), timed_blocks=sum(1 for p in processes for b in p.blocks if b.side == "candidate"))
         figures.update(held)
         figures.update(changed)
-        seen = anomaly(processes, settings.device)
+        seen = anomaly(processes, settings.device, inputs_repeat=not getattr(load_case(cfg.name), "carries_state", False))
         if seen is not None:
             verdict, ok, message = seen[0], False, f"{seen[1]} ({interval})"
         if changed.get("changed_on_import") or changed.get("changed_by_its_calls"):
