@@ -309,12 +309,7 @@ def _cpu_share(processes: list[TimedProcess], side: str) -> float:
 
 
 def anomaly(processes: list[TimedProcess], device: str, inputs_repeat: bool = True) -> tuple[str, str] | None:
-    """(status, message) for the first thing the parent saw that the samples alone would hide, or None.
-
-    inputs_repeat: False for a case whose every call advances the state in its inputs (`carries_state`): no timed call
-    meets the inputs of an earlier one, so a slow first call on fresh inputs is work done once per inputs (recompile_limit
-    compiles its new session's block, and a correct fix may compile twice where the model compiles once), not a cache;
-    a cache answering anyway answers stale, which the judge of timed outputs sees."""
+    """(status, message) for the first thing the parent saw that the samples alone would hide, or None; no cache check unless inputs_repeat."""
     for process in processes:
         for b in process.blocks:
             if b.child_s > b.parent_s + CLOCK_SLACK_S:

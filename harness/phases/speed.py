@@ -182,6 +182,9 @@ def _time_against(
         figures.update(checked_outputs=checked, checked_dir=str(check_dir), timed_blocks=sum(1 for p in processes for b in p.blocks if b.side == "candidate"))
         figures.update(held)
         figures.update(changed)
+        # A case whose calls advance the state in their inputs (`carries_state`) never times the same inputs twice: a slow
+        # first call on fresh inputs is work done once per inputs (recompile_limit compiles the new session's block, and a
+        # correct fix may pay more there than the model), not a cache; a cache answering anyway answers stale (the judge sees).
         seen = anomaly(processes, settings.device, inputs_repeat=not getattr(load_case(cfg.name), "carries_state", False))
         if seen is not None:
             verdict, ok, message = seen[0], False, f"{seen[1]} ({interval})"
