@@ -5,7 +5,14 @@ Upstream: https://github.com/huggingface/blog/issues/1824 (yao-matrix, 2024-02-1
     roberta-large with PEFT's `LoraConfig(task_type=TaskType.SEQ_CLS, r=2, lora_alpha=16, lora_dropout=0.1,
     bias="none")` through a Trainer with `gradient_checkpointing=True`; "actually only classifier head is
     trained, LoRA weights will not be trained and keep as identity per initialization", and the checkpointed run
-    was the faster one ("2 hr vs 6 hr in our CPU env"). The same silence, and the maintainer's diagnosis, in
+    was the faster one ("2 hr vs 6 hr in our CPU env"). The reporter's remedy, in that order: transformers upgraded to
+    4.37.2 and two lines added to the blog's `get_lora_model`, `model.gradient_checkpointing_enable(
+    gradient_checkpointing_kwargs={"use_reentrant": False})` BEFORE `model = get_peft_model(model, peft_config)`, the
+    TrainingArguments left as they were; "LoRA weights will be trained". Why that works (source read, not said in the
+    thread): wrapped while checkpointing is already on, `PeftModel.__init__` calls `enable_input_require_grads()`, a
+    forward hook that makes the word embeddings' output require grad; the Trainer then enables checkpointing again with
+    its own empty kwargs (reentrant), and the hook keeps the gradients flowing. The same silence, and the maintainer's
+    diagnosis, in
     https://github.com/huggingface/transformers/issues/26221 ("Gradient checkpointing should have no functional
     impact", LoRA on a sequence classifier, closed as solved): pacman100 (2024-04-02) quotes the checkpoint docs,
     "At least one input and output must have requires_grad=True for the reentrant variant. If this condition is
@@ -59,16 +66,25 @@ Cause: the reentrant checkpoint is an autograd.Function whose output requires gr
     that need no grad, so every checkpointed layer's output needs none, the backward never enters the layers, and
     only the head after them, which is trainable, gets a gradient.
 
-Fix: the maintainers' (transformers #26221, and blog #1824's own): `TrainingArguments(gradient_checkpointing=True,
+Fix: the maintainer's, pacman100 in transformers #26221 (2024-04-02): `TrainingArguments(gradient_checkpointing=True,
     gradient_checkpointing_kwargs={"use_reentrant": False})`: the non-reentrant checkpoint records the layer's
     ops in the outer graph (saved tensors are recomputed on use), so gradients reach parameters inside whatever the
     inputs. PEFT's and transformers' own alternative keeps the reentrant checkpoint and makes the embedding output
-    require grad (`enable_input_require_grads()`, a forward hook on the word embeddings; the speed baseline). Wrong
-    ones: passing `{"use_reentrant": False}` to the model yourself while the Trainer still enables checkpointing
-    (#26221: the Trainer's call replaces it; still None); training the embeddings instead of making their output
-    require grad (the LoRA gradients come back, and a gradient for the frozen 1000 x 128 table appears where the
-    reference has None; E5-V #19 shows the confusion of the two: https://github.com/kongds/E5-V/issues/19);
-    `loss.requires_grad_()`, the answer to the sibling error `element 0 of tensors does not require grad` in
+    require grad (`enable_input_require_grads()`, a forward hook on the word embeddings; the speed baseline). Blog
+    #1824's own remedy is that alternative reached by the call order (checkpointing on before `get_peft_model`, whose
+    `PeftModel.__init__` then installs the hook), not the non-reentrant checkpoint: the Trainer's later call makes it
+    reentrant again. Graded as a correct submission in tests/fixes/upstream/checkpoint_no_grad.py (`reporter_order`,
+    through `peft_model_init` below). Wrong ones: the same model call made AFTER the wrapping, while the Trainer
+    still enables checkpointing (`use_reentrant_false_after_wrapping`): PEFT saw no checkpointing and installed no
+    hook, and the Trainer's call replaces the kwargs (pacman100 in
+    https://github.com/huggingface/transformers/issues/26221: "You were correctly setting
+    model.gradient_checkpointing_enable(...) but the Trainer was resetting it"; the notebook's order relative to
+    `get_peft_model` is not in what we could read of the thread; that the order after `get_peft_model` installs no
+    hook is in https://github.com/huggingface/peft/pull/2398); still None. Training the embeddings instead of making
+    their output require grad, as in https://github.com/huggingface/transformers/issues/23170 (the first parameter,
+    the embedding, set to requires_grad=True: "it trains successfully"): the LoRA gradients come back, and a gradient
+    for the frozen 1000 x 128 table appears where the reference has None (E5-V #19 shows the confusion of the two:
+    https://github.com/kongds/E5-V/issues/19). `loss.requires_grad_()`, the answer to the sibling error `element 0 of tensors does not require grad` in
     https://github.com/huggingface/trl/issues/801 ("add 'losses.requires_grad_(True)' ... it works for me"): a no-op on
     a loss that already requires grad (still None); filtering the warning away, as a commenter offers in
     https://github.com/2U1/Qwen-VL-Series-Finetune/issues/56 (still None). Three of them leave the same 16 of 20
@@ -242,8 +258,27 @@ class RobertaLoraClassifier(nn.Module):
     def gradient_checkpointing_disable(self):
         self.encoder._gradient_checkpointing_func = None
 
+    @property
+    def is_gradient_checkpointing(self):
+        return self.encoder._gradient_checkpointing_func is not None
+
     def get_input_embeddings(self):
         return self.embeddings.word_embeddings
+
+    def enable_input_require_grads(self):
+        """transformers' PreTrainedModel.enable_input_require_grads: a forward hook, the embedding output requires grad."""
+        self._require_grads_hook = self.get_input_embeddings().register_forward_hook(lambda module, args, output: output.requires_grad_(True))
+
+    def disable_input_require_grads(self):
+        self._require_grads_hook.remove()
+
+
+def peft_model_init(model):
+    """The step of get_peft_model (PeftModel.__init__, peft v0.5.0 to v0.20.0) that depends on when it runs, after the
+    adapters are injected: `if getattr(model, "is_gradient_checkpointing", True): model.enable_input_require_grads()`
+    (via `_prepare_model_for_gradient_checkpointing`, for a model not quantized)."""
+    if getattr(model, "is_gradient_checkpointing", True):
+        model.enable_input_require_grads()
 
 
 class Config(NamedTuple):
@@ -286,6 +321,7 @@ def make_inputs(cfg, device):
             nn.init.normal_(lora.lora_B.weight, std=cfg.initializer_range)  # synthetic: PEFT starts lora_B at zero
     for name, parameter in model.named_parameters():  # bias="none"; SEQ_CLS: the classifier in modules_to_save
         parameter.requires_grad_(".lora_" in name or name.startswith("classifier."))
+    peft_model_init(model)  # the blog's order: wrapped with checkpointing off, so no input hook
     model.train()
 
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -389,16 +425,20 @@ def speed_baseline(x):
 # -- bad fixes: plausible, each wrong ----------------------------------------------------------------------------
 
 
-def use_reentrant_false_on_the_model(x):
-    """transformers #26221: `model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})`
-    before the Trainer, which then enables checkpointing itself with its own (empty) kwargs: reentrant again."""
+def use_reentrant_false_after_wrapping(x):
+    """`model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})` on the model AFTER
+    get_peft_model (the order opposite to blog #1824's), with the Trainer's `gradient_checkpointing=True` left on: the
+    wrapping saw no checkpointing and installed no input hook, and the Trainer enables checkpointing again with its own
+    empty kwargs, reentrant. The call and the Trainer's replacing it are shown in
+    https://github.com/huggingface/transformers/issues/26221 (pacman100, 2024-04-02)."""
     x.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return trainer_step(x)
 
 
 def unfreeze_the_embeddings(x):
-    """Train the word embeddings so that the first layer's input requires grad: the adapters get their gradients, and the
-    frozen embedding table gets one too (E5-V #19 reads `enable_input_require_grads` as doing this)."""
+    """Train the word embeddings so that the first layer's input requires grad, as the reporter of
+    https://github.com/huggingface/transformers/issues/23170 did (the first parameter, the embedding, set to
+    requires_grad=True): the adapters get their gradients, and the frozen embedding table gets one too."""
     embeddings = x.model.get_input_embeddings().weight
     embeddings.requires_grad_(True)
     try:
@@ -408,8 +448,10 @@ def unfreeze_the_embeddings(x):
 
 
 def loss_requires_grad(x):
-    """`loss.requires_grad_()` before the backward: the usual answer to `element 0 of tensors does not require grad`. A
-    generic attempt, not from the cited threads; here the loss already requires grad (through the head), so no-op."""
+    """`loss.requires_grad_()` before the backward, the answer to the sibling error `element 0 of tensors does not
+    require grad` under gradient checkpointing in https://github.com/huggingface/trl/issues/801 ("add
+    'losses.requires_grad_(True)' ... it works for me"): here the loss already requires grad (through the head), so
+    it is a no-op."""
     model = x.model
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={})
     model.zero_grad(set_to_none=True)
@@ -420,15 +462,15 @@ def loss_requires_grad(x):
 
 
 def silence_the_warning(x):
-    """2U1/Qwen-VL-Series-Finetune #56, a commenter: `warnings.filterwarnings("ignore", message="None of the inputs have
-    requires_grad=True")`. The warning goes; the gradients stay None."""
+    """A commenter in https://github.com/2U1/Qwen-VL-Series-Finetune/issues/56: `warnings.filterwarnings("ignore",
+    message="None of the inputs have requires_grad=True")`. The warning goes; the gradients stay None."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="None of the inputs have requires_grad=True")
         return trainer_step(x)
 
 
 bad_fixes = {
-    "use_reentrant_false_on_the_model": use_reentrant_false_on_the_model,
+    "use_reentrant_false_after_wrapping": use_reentrant_false_after_wrapping,
     "unfreeze_the_embeddings": unfreeze_the_embeddings,
     "loss_requires_grad": loss_requires_grad,
     "silence_the_warning": silence_the_warning,
