@@ -73,7 +73,9 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float, scale: float = 0.0
     gradients of one step span orders of magnitude, so one `atol` is too loose for the small ones or too
     tight for the large); a None (a gradient never computed) matches only a None.
     `max_abs_diff`, `relative_error` (||got - want|| / ||want||) and `snr_db`
-    (the same as a signal-to-noise ratio) are over the floating tensors; `differing` names the
+    (the same as a signal-to-noise ratio) are over the floating tensors; `tolerance_excess` is the largest
+    |got - want| over the element's own allowance (1.0 is exactly at the line; infinite where the allowance is
+    0, or the value NaN, and differs): how far a wrong output is from passing; `differing` names the
     outputs that differ, each with its own figures, by their path in `want` (tensors pair up by
     position: a submitted output arrives as a list).
     """
@@ -88,7 +90,7 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float, scale: float = 0.0
             return {"match": False, "reason": f"{path}: shape {tuple(g.shape)}, reference {tuple(w.shape)}"}
 
     counts = {"integers": 0, "mismatched_integers": 0, "floats": 0, "mismatched_floats": 0}
-    max_abs_diff = 0.0
+    max_abs_diff = excess = 0.0
     error_sq = reference_sq = 0.0
     differing: list[dict[str, Any]] = []
     for (_, g), (path, w) in zip(got_named, want_named):
@@ -104,6 +106,8 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float, scale: float = 0.0
             reference_sq += float(w.pow(2).sum())
             bound = atol + scale * float(w.abs().max()) if scale and w.numel() else atol
             mismatched = int((~torch.isclose(g, w, atol=bound, rtol=rtol, equal_nan=True)).sum())
+            if mismatched:
+                excess = max(excess, _excess(g, w, bound, rtol))
             counts["floats"] += w.numel()
             counts["mismatched_floats"] += mismatched
             if mismatched:
@@ -117,6 +121,8 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float, scale: float = 0.0
                 differing.append({"output": path, "mismatched": mismatched, "of": w.numel()})
 
     figures: dict[str, Any] = {"match": counts["mismatched_integers"] + counts["mismatched_floats"] == 0, **counts, "max_abs_diff": max_abs_diff}
+    if counts["mismatched_floats"]:
+        figures["tolerance_excess"] = excess
     if reference_sq > 0:
         relative_error = math.sqrt(error_sq / reference_sq)
         figures["relative_error"] = relative_error
@@ -125,6 +131,15 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float, scale: float = 0.0
         figures["differing"] = differing[:MAX_NAMED]
         figures["outputs_differing"] = len(differing)
     return figures
+
+
+def _excess(got: torch.Tensor, want: torch.Tensor, bound: float, rtol: float) -> float:
+    """The largest |got - want| / (bound + rtol * |want|) over the elements `isclose` rejects."""
+    same = (got == want) | (got.isnan() & want.isnan())  # equal infinities too
+    diff = (got - want).abs().nan_to_num(nan=math.inf, posinf=math.inf).masked_fill(same, 0.0)
+    allowed = bound + rtol * want.abs().nan_to_num(nan=0.0, posinf=math.inf)
+    ratio = torch.where(diff == 0, torch.zeros_like(diff), diff / allowed)  # 0 / 0 where both are exact
+    return float(ratio.nan_to_num(nan=math.inf, posinf=math.inf).max())
 
 
 def snapshot(value: Any, path: str = "inputs") -> dict[str, Any]:

@@ -3,6 +3,7 @@
     python -m harness.matrix check results/matrix   # exit 1, naming case, torch, device and phase, on any drift
     python -m harness.matrix table results/matrix   # the markdown table of docs/matrix.md
     python -m harness.matrix changes OLD_DIR NEW_DIR  # markdown: what changed between two sets of records; exit 1 if anything did
+    python -m harness.matrix margins results/matrix  # each control short of its margin (harness/margins.py); exit 1 if any
 
 Records are the JSON files the harness writes (one per case and device), found recursively.
 `expectations.yaml` says, per case, for a torch version range and devices, which status each phase
@@ -16,11 +17,9 @@ Needs only PyYAML and packaging (no torch), so a CI gate can run it on records i
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,8 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from harness import margins as control_margins
+from harness.recordset import Record, load_records
 from harness.triage import normalise
 
 EXPECTATIONS = Path(__file__).resolve().parent.parent / "expectations.yaml"
@@ -46,49 +47,6 @@ for its time and disk cost). Torch 2.13.0 is the local CPU wheel; the others are
 run on the CPU. No GPU records yet.
 
 """
-
-
-@dataclass(frozen=True)
-class Record:
-    case: str
-    device: str
-    torch: str  # public version, e.g. "2.4.1" for "2.4.1+cu121"
-    statuses: dict[str, str]  # phase -> status
-    messages: dict[str, str]
-    figures: dict[str, dict[str, Any]]
-    path: Path
-    compile: str = "off"  # torch.compile's backend the record ran under (harness/compiled.py), or off
-
-    @property
-    def where(self) -> str:
-        """'embedding_oob torch 2.13.0 cpu', with ' inductor' where it ran compiled."""
-        return f"{self.case} torch {self.torch} {self.platform}"
-
-    @property
-    def platform(self) -> str:
-        return self.device if self.compile == "off" else f"{self.device} {self.compile}"
-
-
-def load_records(folder: Path) -> list[Record]:
-    records = []
-    for path in sorted(folder.rglob("*.json")):
-        data = json.loads(path.read_text())
-        if not {"case", "device", "phases", "environment"} <= data.keys():
-            continue  # not a harness record (e.g. a benchmark file)
-        phases = data["phases"]
-        records.append(
-            Record(
-                case=data["case"],
-                device=data["device"],
-                torch=Version(data["environment"]["torch"]).public,
-                statuses={phase["phase"]: phase["status"] for phase in phases},
-                messages={phase["phase"]: phase["message"] for phase in phases},
-                figures={phase["phase"]: phase["figures"] for phase in phases},
-                path=path,
-                compile=data.get("compile") or "off",
-            )
-        )
-    return records
 
 
 def drifts(records: list[Record], expectations: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -378,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     """Exit 0: no drift (check), or no change (changes); 1: a drift, or a change; 2: bad input."""
     parser = argparse.ArgumentParser(prog="python -m harness.matrix", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("check", "table"):
+    for name in ("check", "table", "margins"):
         command = commands.add_parser(name)
         command.add_argument("records", type=Path, help="folder holding result records, searched recursively")
         command.add_argument("--expectations", type=Path, default=EXPECTATIONS)
@@ -408,8 +366,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     records = loaded[0]
     if args.command == "table":
-        print(DOC_HEADER + table(records), end="")
+        print(DOC_HEADER + table(records) + "\n" + control_margins.table(control_margins.margins(records)), end="")
         return 0
+    if args.command == "margins":
+        short, counts = control_margins.report(control_margins.margins(records))
+        for line in short:
+            print(f"SHORT {line}")
+        print(f"{len(records)} records, controls: " + ", ".join(f"{count} {standing}" for standing, count in sorted(counts.items())))
+        return 1 if short else 0
     expectations = yaml.safe_load(args.expectations.read_text())
     extrapolated = extrapolations(records, expectations)
     for line in extrapolated:

@@ -113,6 +113,8 @@ def probe_device() -> dict[str, Any]:
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "cuda_available": cuda_available,
         "cpu_threads": torch.get_num_threads(),
+        "cpu": _cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the vector ISA torch's CPU kernels dispatch to
     }
     if cuda_available:
         probe["cuda_device_count"] = torch.cuda.device_count()
@@ -120,6 +122,14 @@ def probe_device() -> dict[str, Any]:
         probe["cuda_capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
         probe["cuda_driver"] = _nvidia_driver()
     return probe
+
+
+def _cpu_model() -> str | None:
+    """The processor's name (a speed ratio is a ratio on that CPU: a float16 step costs 7x more on one than another)."""
+    try:
+        return next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), None)
+    except OSError:
+        return platform.processor() or None
 
 
 def _package_versions() -> dict[str, str]:

@@ -1,5 +1,7 @@
 import math
 
+import pytest
+
 import torch
 
 from harness.compare import compare, describe, training_outputs
@@ -78,3 +80,14 @@ def test_a_scaled_tolerance_follows_each_tensor_s_largest_magnitude():
     off = {"large": torch.tensor([4e-2, 0.0]), "small": torch.tensor([1e-5, 1.05e-6])}  # a small gradient 5% off
     assert not compare(off, want, atol=2e-9, rtol=1e-4, scale=1e-5)["match"]  # what a loose atol (2e-7) would let through
     assert compare(off, want, atol=2e-7, rtol=1e-4)["match"]
+
+
+def test_the_tolerance_excess_says_how_many_tolerances_the_worst_element_is_away():
+    want = torch.tensor([1.0, 2.0, 0.0])
+    figures = compare(torch.tensor([1.0, 2.5, 0.0]), want, atol=0.01, rtol=0.01)
+    assert figures["tolerance_excess"] == pytest.approx(0.5 / (0.01 + 0.02))
+    assert compare(torch.tensor([float("nan"), 2.0, 0.0]), want, atol=0.01, rtol=0.0)["tolerance_excess"] == float("inf")
+    assert compare(torch.tensor([1.0, 2.5, 0.0]), want, atol=0.0, rtol=0.0)["tolerance_excess"] == float("inf")
+    assert "tolerance_excess" not in compare(want, want, atol=0.0, rtol=0.0)
+    both_infinite = compare(torch.tensor([float("inf"), 2.0, 1.001]), torch.tensor([float("inf"), 2.0, 1.0]), atol=1e-4, rtol=0.0)
+    assert both_infinite["tolerance_excess"] == pytest.approx(10.0, rel=1e-3)
