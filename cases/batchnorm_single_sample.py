@@ -394,8 +394,8 @@ def memory_baseline(x):
 
 
 def eval_mode_for_the_lone_cell(x):
-    """MCG-NKU/SCNet#8's `model.eval()` for a batch of one, here the epoch's last: BatchNorm normalises the cell with
-    its running statistics, and the step trains on it."""
+    """`model.eval()` for a batch of one, as advised in https://github.com/MCG-NKU/SCNet/issues/8, here for the epoch's
+    last: BatchNorm normalises the cell with its running statistics, and the step trains on it."""
     model, step_model, optimizer = fresh_model(x)
     model.train()
     for step, batch in enumerate(train_loader(x)):
@@ -420,8 +420,9 @@ def track_running_stats_off(x):
 
 
 def batch_size_without_remainder_one(x):
-    """scverse/scvi-tools#2314's advice, a batch size other than the default, by calico/solo#37's rule: while
-    n % batch_size == 1, batch_size = round(1.25 * batch_size) (here 160: one minibatch of all 129 cells)."""
+    """The maintainer's advice in https://github.com/scverse/scvi-tools/issues/2314, a batch size other than the
+    default, by the rule of https://github.com/calico/solo/pull/37: while n % batch_size == 1, batch_size =
+    round(1.25 * batch_size) (here 160: one minibatch of all 129 cells)."""
     model, step_model, optimizer = fresh_model(x)
     batch_size = x.batch_size
     while len(x.epoch_order) % batch_size == 1:
@@ -433,7 +434,9 @@ def batch_size_without_remainder_one(x):
 
 
 def duplicate_the_lone_cell(x):
-    """yassouali/pytorch-segmentation#8: a batch of one is trained as two copies of the cell."""
+    """A batch of one trained as two copies of the cell, as the maintainer of
+    https://github.com/yassouali/pytorch-segmentation/issues/8 offers ("test if the batch == 1 in trainer and
+    duplicate the input")."""
     model, step_model, optimizer = fresh_model(x)
     model.train()
     for step, batch in enumerate(train_loader(x)):
