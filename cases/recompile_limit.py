@@ -33,7 +33,20 @@ Fidelity: faithful in the block's structure and what varies: `AsymmetricJointBlo
     float32 on CPU (Mochi runs bfloat16 on CUDA), no RoPE (it rotates q and k of the visual stream: shapes
     unchanged), seeded weights and tokens; one call is one denoising step of the block for the next prompt the
     user tries, each with a count of valid text tokens no earlier prompt had (a real video is 50 steps of 48
-    blocks a prompt).
+    blocks a prompt). Typed from aa30132 (2024-10-25), older than the report: at the revisions current when it was
+    reported (195da24, 2024-10-27, to 3dce06b, 2024-10-28, read here) two things differ, and the code is kept as
+    typed (the records on seven torch versions depend on it). (1) The frame that hits the limit: there the attention
+    is a submodule, `self.attn(...)`, whose `AsymmetricAttention.forward` holds `prepare_qkv` and the
+    compiler-disabled `run_attention`; the log's `asymm_models_joint.py:320` is that `forward` (at aa30132 the line
+    is in `AsymmetricJointBlock.__init__`), compiled as a frame of its own (`[1/8]`, frame 1), its last failed guard
+    an int, `L['packed_indices']['max_seqlen_in_batch_kv'] == 31868`. Here the block's `forward` holds both, it is
+    frame 0, and its last failed guard is the length of the tensor `valid_token_indices_kv`. (2)
+    `modulated_rmsnorm` had lost its `@torch.compiler.disable()` (e667355, 2024-10-25, "tweak"), so upstream it is
+    traced, here it is a graph break. Why the failure is the same: in either layout the frame that takes
+    `packed_indices` guards on the prompt's valid-token count, as a tensor's length and as an int, both specialised
+    under `dynamic=False` (which guard is reported last is the order of the checks); every new count fails them and
+    compiles that frame again, and the ninth distinct count hits the limit of 8, after which every new count runs
+    eager. The block's inputs are padded to fixed sizes, so nothing else varies with the prompt.
 
 Symptom on CUDA: the thread's log (each line carries the logger's prefix, `W1029 21:16:44.769000 20836
     Lib\site-packages\torch\_dynamo\convert_frame.py:844] [1/8] `, cut here):
@@ -48,7 +61,7 @@ Symptom on CPU: the same warning, logged by `torch._dynamo.convert_frame` (a log
     `recompile_limit` from torch 2.9, `cache_size_limit` before, 8 on every torch of the matrix), on the ninth new
     prompt (torch 2.13.0):
         torch._dynamo hit config.recompile_limit (8)
-           function: 'forward' (cases/recompile_limit.py:165)
+           function: 'forward' (cases/recompile_limit.py:181)
            last reason: 0/7: tensor 'packed_indices['valid_token_indices_kv']' size mismatch at index 0. expected 269, actual 194
     and every prompt before it compiles the block again: 7.8x to 17.8x the fix's time a prompt (the matrix, torch
     2.3.1 to 2.15.0, eager and inductor; 20 graphs compiled in 12 prompts, 28 on 2.3.1 and 2.4.1). The output is right. After
@@ -64,7 +77,8 @@ Cause: `dynamic=False` compiles a graph specialised to every size and int it saw
 Fix: the maintainer's `dynamic` option, set: `torch.compile(block, dynamic=True)` compiles one graph with the
     lengths symbolic, which every prompt reuses; it is timed against the block uncompiled. Raising the limit (the
     wrapper's other option, 64; auto-round's merged fix, 16) ends the fallback and keeps the compile at every new
-    length: right and slow, the speed verdict's control. Wrong ones: `fullgraph=True` refuses the block's
+    length: right and slow, the speed verdict's control. Wrong ones, both generic attempts (not from the cited
+    threads; the wrapper's compile node has a `fullgraph` option): `fullgraph=True` refuses the block's
     compiler-disabled helpers at the first call (`Unsupported: Skip calling torch.compiler.disable()'d function`;
     past the limit it would raise `FailOnRecompileLimitHit`, `CacheLimitExceeded` before 2.7); padding every
     prompt to the 256 slots and attending to the padding (one shape, one graph) changes every output.
@@ -283,14 +297,16 @@ carries_state = True  # each call samples the session's next prompt
 
 
 def fullgraph(x):
-    """fullgraph=True to 'make sure it stays compiled': the block's compiler-disabled helpers are graph breaks,
-    which fullgraph refuses on the first call (and past the limit it would raise, not fall back)."""
+    """fullgraph=True to 'make sure it stays compiled' (a generic attempt, not from the cited threads; the wrapper's
+    compile node has the option): the block's compiler-disabled helpers are graph breaks, which fullgraph refuses on
+    the first call (and past the limit it would raise, not fall back)."""
     return denoise(compiled_block(x, "fullgraph", dynamic=False, fullgraph=True), next_prompt(x))
 
 
 def pad_to_the_slots(x):
-    """One shape for every prompt: the packed sequence always holds all the text slots, padding included, so one
-    graph serves them all; the attention now reads the padding tokens and every output moves."""
+    """One shape for every prompt (a generic attempt, not from the cited threads): the packed sequence always holds
+    all the text slots, padding included, so one graph serves them all; the attention now reads the padding tokens
+    and every output moves."""
     prompt = next_prompt(x)
     padded = Prompt(prompt.x, prompt.c, prompt.y, packed_indices(prompt.x.size(1), prompt.y.size(1)))
     return denoise(compiled_block(x, "padded", dynamic=False), padded)
