@@ -195,3 +195,23 @@ def _alive(pid):
             return stat.read().split(") ")[1][0] not in "ZX"
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.parametrize(("lows", "max_processes", "processes"), [((1.2, 1.2, 1.6, 1.6), 6, 4), ((1.2, 1.2, 1.2), 4, 4), ((1.6,), 4, 2)])
+def test_a_slow_control_just_over_its_budget_is_measured_on_until_it_clears_its_margin(lows, max_processes, processes, monkeypatch, tmp_path, environment):
+    """A control's timing does not stop at the first interval over the budget: it goes on while the low end is below
+    the margin (harness/margins.py's SLOW x the budget), and is still flagged, thin, when the processes run out."""
+    from harness.run import run_case
+    from harness.timing import RatioEstimate
+    from tests.conftest import compose_config
+
+    speed = importlib.import_module("harness.phases.speed")
+
+    def made_up(samples, level):  # the budget is 1.0: the low end after each real timing process from the second (min_processes), in turn
+        low = lows[len(samples) - 2]
+        return RatioEstimate(low * 1.1, low, low * 1.2, level, 2 * len(samples), len(samples), 1e-3, 1e-3, ())
+
+    monkeypatch.setattr(speed, "estimate_ratio", made_up)
+    overrides = ["speed.process_s=0.05", "speed.pairs=2", f"speed.max_processes={max_processes}", "case.speed.budget.cpu=1.0"]
+    record, _ = run_case(compose_config("case=embedding_oob", "device=cpu", "phases=[slow_fixes]", *overrides), "cpu", tmp_path, environment)
+    assert record.phases and all(c.status == "flagged" and c.figures["processes"] == processes for c in record.phases), [(c.status, c.figures.get("processes")) for c in record.phases]

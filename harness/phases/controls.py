@@ -8,6 +8,7 @@ from types import ModuleType
 
 from omegaconf import DictConfig
 
+from harness import margins
 from harness.isolate import run_isolated
 from harness.phases.common import MEMORY_FIX, SLOW_FIX, Settings, abnormal, difference, failure_holds, record_of, tolerance_text
 from harness.phases.correct import compare_in_child
@@ -30,7 +31,7 @@ def slow_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -
         return record_of(phase, "missed", False, f"the control is broken: it raises {failure.headline}", checked)
     if not figures["match"]:
         return record_of(phase, "missed", False, "the control is broken: it differs from the reference: " + difference(figures), checked, figures)
-    timed = time_against(phase, phase, budget, cfg, settings)
+    timed = time_against(phase, phase, budget, cfg, settings, clear_by=margins.SLOW)
     if timed.status == "over_budget":
         status, ok, message = "flagged", True, "correct, and flagged: " + timed.message
     elif timed.status in ("within_budget", "inconclusive") and not failure_holds(case, cfg, settings.device):

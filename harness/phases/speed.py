@@ -49,16 +49,19 @@ def budget_of(speed_cfg: DictConfig | None, device: str) -> float | None:
 
 
 def time_against(
-    phase: str, candidate: str, budget: float | None, cfg: DictConfig, settings: Settings, *, baseline: str = "speed_baseline", inputs: Any = None
+    phase: str, candidate: str, budget: float | None, cfg: DictConfig, settings: Settings, *, baseline: str = "speed_baseline", inputs: Any = None, clear_by: float = 1.0
 ) -> PhaseRecord:
     """Time `candidate` against `baseline` (harness.phases.speed._time_against). Grading, the timed outputs kept for the
     judge go to a folder of the phase's own; a record that does not hand it on (`checked_dir`: a timing that ended
-    early, crashed or raised) leaves nothing of it behind."""
+    early, crashed or raised) leaves nothing of it behind. `clear_by` (a slow control's margin, harness/margins.py):
+    an interval over the budget but below `clear_by` x the budget is measured on, while time allows, so that a
+    control far over its line is not recorded as just past it because the timing stopped at the first decisive
+    interval; it is still `over_budget` when time runs out."""
     graded = submission_of(cfg) is not None and candidate == SPEED_CANDIDATE
     check_dir = Path(tempfile.mkdtemp(prefix="harness-checked-")) if graded else None
     handed_on = False
     try:
-        record = _time_against(phase, candidate, budget, cfg, settings, baseline, inputs, graded, check_dir)
+        record = _time_against(phase, candidate, budget, cfg, settings, baseline, inputs, graded, check_dir, clear_by)
         handed_on = "checked_dir" in record.figures
         return record
     finally:
@@ -67,7 +70,7 @@ def time_against(
 
 
 def _time_against(
-    phase: str, candidate: str, budget: float | None, cfg: DictConfig, settings: Settings, baseline: str, inputs: Any, graded: bool, check_dir: Path | None
+    phase: str, candidate: str, budget: float | None, cfg: DictConfig, settings: Settings, baseline: str, inputs: Any, graded: bool, check_dir: Path | None, clear_by: float
 ) -> PhaseRecord:
     """Time `candidate` against `baseline` (case functions by name), one timing process after another.
 
@@ -155,8 +158,10 @@ def _time_against(
             continue
         estimate = estimate_ratio([p.samples for p in processes], timing.level)
         verdict = judge(estimate, budget) if budget is not None else "measured"
+        if verdict == "over_budget" and estimate.ratio_low < clear_by * budget:
+            verdict = None  # over its line, not yet past it by the margin asked: measure on
         if verdict is None and (len(processes) >= max_processes or time.monotonic() - started - compiling_s >= max_s):
-            verdict = "undecided" if graded else "inconclusive"
+            verdict = judge(estimate, budget) or ("undecided" if graded else "inconclusive")
         if verdict is not None:
             break
     samples = processes[-1].samples
