@@ -174,6 +174,11 @@ hints:  # python -m harness case=<name> hint=<n>: where to look, what is wrong, 
   - "TODO: Where to look: ..."
   - "TODO: What is wrong: ..."
   - "TODO: What the fix does: ..."
+title: "TODO: what goes wrong, at most 12 words"  # the page's title (docs/cases/<name>.md): one line
+summary:  # the box above the page's story: what you see, why, the fix, a short line each (harness/teach/summary.py)
+  see: "TODO: what you see: the error's line, or what goes wrong where nothing raises"
+  why: "TODO: why, in one line"
+  fix: "TODO: the fix, in one line"
 '''
 
 LOGS_README = """# Triage logs of {name}

@@ -28,6 +28,11 @@ def test_the_site_builds_strictly(tmp_path):
     assert build.returncode == 0, build.stdout + build.stderr
     assert (tmp_path / "site" / "index.html").exists()
     assert (tmp_path / "site" / "cases" / "index.html").exists(), "docs/cases/README.md is the gallery's index"
+    case_page = (tmp_path / "site" / "cases" / "loss_broadcast" / "index.html").read_text()
+    assert case_page.index("<blockquote>") < case_page.index('id="story"'), "the box above the story (harness/teach)"
+    assert "css/extra.css" in case_page
+    style = (tmp_path / "site" / "css" / "extra.css").read_text()
+    assert re.search(r"blockquote \{[^}]*border:", style), "the site draws the blockquote as a box"
 
 
 def test_every_relative_link_of_the_readme_exists():

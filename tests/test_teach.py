@@ -17,7 +17,10 @@ import pytest
 import yaml
 
 from harness.cases import CASE_CONFIG_DIR, ROOT, case_names
-from harness.teach import DOCS, RECORDS, main, material, stale
+from harness.cases import load_case
+from harness.teach import DOCS, RECORDS, bad_fixes_heading, main, material, stale
+from harness.teach.source import bad_fix_origin
+from harness.teach.summary import LINE_WORDS, TITLE_WORDS, problems, summary
 from tests.conftest import compose_config
 
 GRADE_OPTIONS = ("fix", "hint", "exercise")
@@ -54,6 +57,63 @@ def test_each_page_holds_story_symptoms_code_evidence_figures_and_commands(gener
     reproduce = next(phase for phase in newest_cpu["phases"] if phase["phase"] == "reproduce")
     assert reproduce["message"] in page, "the symptom seen is quoted verbatim from the record"
     assert f"![{name}: time of the fix" in page and f"{name}.speed.png" in generated
+
+
+BOX = re.compile(r"^> \*\*You see:\*\* (?P<see>.+)\n>\n> \*\*Why:\*\* (?P<why>.+)\n>\n> \*\*Fix:\*\* (?P<fix>.+)\n", re.M)
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_each_page_opens_with_a_one_line_title_and_the_box_before_the_story(generated, name):
+    """Read in five minutes (issue 45): the case's name and at most 12 words on one line, then three short lines, what
+    you see, why, the fix, in a box (a blockquote: docs/css/extra.css draws it) above the story."""
+    page = generated[f"{name}.md"]
+    short = summary(name, yaml.safe_load((CASE_CONFIG_DIR / f"{name}.yaml").read_text()))
+    assert problems(short) == [], f"conf/case/{name}.yaml"
+    first = page.splitlines()[0]
+    assert first == f"# `{name}`: {short.title}", "the title spans lines"
+    assert 0 < len(short.title.split()) <= TITLE_WORDS
+    box = BOX.search(page)
+    assert box, "no box of three lines: You see, Why, Fix"
+    assert box.start() < page.index("\n## Story\n") < page.index("**Upstream:**"), "the box comes before the story and its provenance"
+    assert [box[key] for key in ("see", "why", "fix")] == [short.see, short.why, short.fix]
+    assert all(0 < len(line.split()) <= LINE_WORDS for line in box.groups())
+    assert f"| [`{name}`]({name}.md) | {short.title} |" in generated["README.md"]
+
+
+def test_a_bad_fix_is_from_its_threads_a_generic_attempt_or_of_no_stated_source():
+    def thread():
+        """A commenter's advice in https://github.com/owner/repo/issues/7, and https://example.org/post."""
+
+    def generic():
+        """A generic attempt at this message; the same error in https://github.com/owner/repo/issues/8, not its source."""
+
+    def unstated():
+        """Clamp the indices."""
+
+    case = type(sys)("fake_case")
+    case.bad_fixes = {"thread": thread, "generic": generic, "unstated": unstated}
+    origins = {name: bad_fix_origin(case, name) for name in case.bad_fixes}
+    assert origins["thread"].kind == "thread" and origins["thread"].urls == ("https://github.com/owner/repo/issues/7", "https://example.org/post")
+    assert origins["generic"].kind == "generic" and origins["unstated"].kind == "unstated"
+    assert bad_fixes_heading([origins["thread"]] * 2) == "Wrong fixes from the linked threads, each of which the harness must reject:"
+    assert bad_fixes_heading(list(origins.values())) == (
+        "Wrong fixes, 1 from a linked thread, 1 generic attempt and 1 whose source is not stated, each of which the harness must reject:"
+    )
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_each_bad_fix_says_where_it_comes_from_and_the_heading_counts_them(generated, name):
+    page = generated[f"{name}.md"]
+    case = load_case(name)
+    origins = [bad_fix_origin(case, bad) for bad in case.bad_fixes]
+    assert f"### Bad fixes\n\n{bad_fixes_heading(origins)}\n" in page
+    for bad, origin in zip(case.bad_fixes, origins):
+        source = page.split(f"#### `{bad}`\n\n", 1)[1].split("\n", 1)[0]
+        assert source.startswith("**Source:** "), bad
+        if origin.kind == "thread":
+            assert all(url in source for url in origin.urls), bad
+        else:
+            assert source == {"generic": "**Source:** a generic attempt, not from the threads", "unstated": "**Source:** not stated"}[origin.kind], bad
 
 
 def test_hints_are_rendered_and_no_hints_yet_only_while_no_yaml_has_them(generated):

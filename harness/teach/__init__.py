@@ -6,7 +6,9 @@
 Inputs: the case module (docstring, buggy, fixed, reference, bad_fixes), conf/case/<name>.yaml, and the
 result records under results/matrix (read with harness.matrix.load_records). Pages and notebooks must
 match byte for byte; a figure must have the same pixels when the same matplotlib drew it, else the same
-size (harness/teach/figures.py says why), and its data is printed in the page as a table.
+size (harness/teach/figures.py says why), and its data is printed in the page as a table. A page opens with the
+yaml's short `title` and a box of three lines, what you see, why, the fix (harness/teach/summary.py); each bad fix
+says where it comes from, read from its docstring: the threads it links, "generic attempt", or not stated.
 
 Exit status: 0 written, or in sync; 1 out of sync (--check); 2 bad arguments (an unknown case, no records).
 """
@@ -25,18 +27,23 @@ import yaml
 from packaging.version import Version
 
 from harness.teach.source import (
+    Origin,
+    bad_fix_origin,
     bad_fix_source,
     buggy_to_fixed_diff,
     functions_used,
+    link_urls,
     section_markdown,
     shared_helpers,
     source_of,
+    thread_link,
 )
 from harness.cases import CASE_CONFIG_DIR, DEVICES, ROOT, case_names, case_text, load_case
 from harness.matrix import Record, load_records
 from harness.records import load_record
 from harness.teach.figures import BadFixError, MemorySeries, SpeedPoint, bad_fix_figure, memory_figure, same_figure, speed_figure
 from harness.teach.notebook import notebook
+from harness.teach.summary import Summary, summary
 
 DOCS = ROOT / "docs" / "cases"
 RECORDS = ROOT / "results" / "matrix"
@@ -83,12 +90,15 @@ def material(names: list[str], records_folder: Path) -> dict[str, str | bytes]:
 def page(name: str, sources: Sources, figure_files: list[str]) -> str:
     case = load_case(name)
     text = case_text(case)
+    short = summary(name, sources.config)
     lines = [
-        f"# `{name}`: {text.title}",
+        f"# `{name}`: {short.title}",
         "",
         NOTICE,
         "",
         f"[Notebook]({name}.ipynb) · [case source](../../cases/{name}.py) · [config](../../conf/case/{name}.yaml) · [all cases](README.md)",
+        "",
+        *box(short),
         "",
         "## Story",
         "",
@@ -161,13 +171,43 @@ def _evidence(case, records: list[Record]) -> list[str]:
         lines += ["", f"What each phase said on torch {newest.torch}, verbatim:", "", "| phase | message |", "|---|---|"]
         lines += [f"| `{phase}` | {_code_span(message)} |" for phase, message in newest.messages.items()]
         lines.append("")
-    lines += ["### Bad fixes", "", "Plausible fixes from the upstream threads, each of which the harness must reject:", ""]
-    for name in case.bad_fixes:
+    origins = {name: bad_fix_origin(case, name) for name in case.bad_fixes}
+    lines += ["### Bad fixes", "", bad_fixes_heading(list(origins.values())), ""]
+    for name, origin in origins.items():
         outcomes = _bad_fix_outcomes(name, records)
         source, doc = bad_fix_source(case, name)
-        lines += [f"#### `{name}`", "", doc or "(no docstring)", "", "```python", source.rstrip(), "```", ""]
+        lines += [f"#### `{name}`", "", _origin_line(origin), "", link_urls(doc) if doc else "(no docstring)", "", "```python", source.rstrip(), "```", ""]
         lines += outcomes or ["Not yet run.", ""]
     return lines
+
+
+def box(short: Summary) -> list[str]:
+    """The three lines above the story, as a blockquote: GitHub draws it as a quote, the site as a box (docs/css/extra.css)."""
+    return [f"> **You see:** {short.see}", ">", f"> **Why:** {short.why}", ">", f"> **Fix:** {short.fix}"]
+
+
+_ORIGIN_KINDS = {  # how the heading counts each kind: (several, one)
+    "thread": ("from the linked threads", "from a linked thread"),
+    "generic": ("generic attempts", "generic attempt"),
+    "unstated": ("whose sources are not stated", "whose source is not stated"),
+}
+
+
+def bad_fixes_heading(origins: list[Origin]) -> str:
+    """What the bad fixes are, by where their docstrings say they come from: a thread (a URL), a generic attempt, neither."""
+    counts = {kind: sum(origin.kind == kind for origin in origins) for kind in _ORIGIN_KINDS}
+    present = [kind for kind, count in counts.items() if count]
+    if len(present) == 1:
+        what = {"thread": " from the linked threads", "generic": ", generic attempts", "unstated": ", whose sources are not stated"}[present[0]]
+        return f"Wrong fixes{what}, each of which the harness must reject:"
+    parts = [f"{counts[kind]} {_ORIGIN_KINDS[kind][counts[kind] == 1]}" for kind in present]
+    return f"Wrong fixes, {', '.join(parts[:-1])} and {parts[-1]}, each of which the harness must reject:"
+
+
+def _origin_line(origin: Origin) -> str:
+    if origin.kind == "thread":
+        return "**Source:** " + ", ".join(thread_link(url) for url in origin.urls)
+    return "**Source:** a generic attempt, not from the threads" if origin.kind == "generic" else "**Source:** not stated"
 
 
 def _bad_fix_outcomes(name: str, records: list[Record]) -> list[str]:
@@ -431,8 +471,9 @@ def index(names: list[str], records: list[Record], compiled: list[Record] = ()) 
         "| case | what goes wrong | CPU: the failure per torch | CPU, compiled (inductor) | CUDA | notebook |",
         "|---|---|---|---|---|---|",
     ]
+    configs = {name: yaml.safe_load((CASE_CONFIG_DIR / f"{name}.yaml").read_text()) for name in names}
     for name in names:
-        title = case_text(load_case(name)).title
+        title = summary(name, configs[name]).title
         cells = []
         for device, source in (("cpu", records), ("cpu", [record for record in compiled if record.compile == "inductor"]), ("cuda", records)):
             mine = _by_version([record for record in source if record.case == name and record.device == device])

@@ -8,11 +8,15 @@ from __future__ import annotations
 import difflib
 import inspect
 import re
+from dataclasses import dataclass
 from types import FunctionType, ModuleType
 
 from harness.cases import reachable
 
 _URL = re.compile(r"(?<![<(])(https?://[^\s)>]+[^\s)>.,;:])")
+_ANY_URL = re.compile(r"https?://[^\s)>\]]+[^\s)>\].,;:'\"]")
+_GENERIC = re.compile(r"\bgeneric attempt", re.IGNORECASE)
+_GITHUB_THREAD = re.compile(r"^https://github\.com/([^/\s]+/[^/\s]+)/(?:issues|pull|discussions)/(\d+)")
 
 
 def functions_used(case: ModuleType, name: str) -> list[str]:
@@ -23,15 +27,56 @@ def functions_used(case: ModuleType, name: str) -> list[str]:
 def bad_fix_source(case: ModuleType, name: str) -> tuple[str, str]:
     """The source of bad fix `name` with the helpers the fix does not use, and the first paragraph of its doc."""
     function = case.bad_fixes[name]
-    fixed = set(functions_used(case, "fixed"))
-    helpers = [each for each in _in_file_order(reachable(case, [function]) - {function}) if each not in fixed]
+    helpers = _bad_fix_helpers(case, function)
     if function.__name__ == "<lambda>":  # e.g. {"last_char": lambda x: train(x, last_char)}
         own = inspect.getsource(function).strip().rstrip(",")
         text = own + ("\n\n" + source_of(case, helpers) if helpers else "\n")
-        doc = next((first_paragraph(getattr(case, each)) for each in helpers if first_paragraph(getattr(case, each))), "")
-        return text, doc
+        return text, " ".join(_paragraphs(_bad_fix_doc(case, name))[:1])
     names = [function.__name__, *[each for each in helpers if each != function.__name__]]
     return source_of(case, names), first_paragraph(function)
+
+
+def _bad_fix_helpers(case: ModuleType, function: FunctionType) -> list[str]:
+    """The case's functions a bad fix calls that the fix does not, in file order."""
+    fixed = set(functions_used(case, "fixed"))
+    return [each for each in _in_file_order(reachable(case, [function]) - {function}) if each not in fixed]
+
+
+def _bad_fix_doc(case: ModuleType, name: str) -> str:
+    """The docstring of bad fix `name`; a lambda's is that of the first helper it calls that has one."""
+    function = case.bad_fixes[name]
+    if function.__name__ != "<lambda>":
+        return inspect.getdoc(function) or ""
+    return next((doc for doc in (inspect.getdoc(getattr(case, each)) for each in _bad_fix_helpers(case, function)) if doc), "")
+
+
+def _paragraphs(doc: str) -> list[str]:
+    return [" ".join(paragraph.split()) for paragraph in doc.split("\n\n") if paragraph.strip()]
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a bad fix comes from, as its docstring says: `thread` (the URLs it cites), `generic` (it says "generic
+    attempt"), or `unstated` (neither)."""
+
+    kind: str
+    urls: tuple[str, ...] = ()
+
+
+def bad_fix_origin(case: ModuleType, name: str) -> Origin:
+    """Where bad fix `name` comes from, read from its whole docstring (a lambda's: its first helper's with one).
+    "generic attempt" wins over a URL: a generic attempt may cite a thread for the error it meets, not for itself."""
+    doc = _bad_fix_doc(case, name)
+    if _GENERIC.search(doc):
+        return Origin("generic")
+    urls = tuple(dict.fromkeys(_ANY_URL.findall(doc)))
+    return Origin("thread", urls) if urls else Origin("unstated")
+
+
+def thread_link(url: str) -> str:
+    """A thread's URL as a markdown link: `[owner/repo#N](url)` for a GitHub issue, pull request or discussion, else <url>."""
+    github = _GITHUB_THREAD.match(url)
+    return f"[{github.group(1)}#{github.group(2)}]({url})" if github else f"<{url}>"
 
 
 def _in_file_order(functions: set[FunctionType]) -> list[str]:
@@ -57,8 +102,7 @@ def shared_helpers(case: ModuleType) -> list[str]:
 
 
 def first_paragraph(function: FunctionType) -> str:
-    doc = inspect.getdoc(function) or ""
-    return " ".join(doc.split("\n\n")[0].split())
+    return " ".join(_paragraphs(inspect.getdoc(function) or "")[:1])
 
 
 def section_markdown(text: str) -> str:
