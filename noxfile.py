@@ -65,6 +65,7 @@ DEVICE = "cpu"
 # The compile axis (harness/compiled.py): eager records in <case>/, compiled ones in <mode>/<case>/.
 # MATRIX_COMPILE=inductor runs one mode only; MATRIX_BENCHMARKS=0 skips the benchmarks (a re-run of one mode).
 COMPILE_MODES = [mode for mode in os.environ.get("MATRIX_COMPILE", "off,inductor").split(",") if mode]
+MATRIX_SPEED_MAX_S = 60  # the matrix's records must decide (at most 2% inconclusive): a speed verdict straddling its budget measures up to 60 s, not 20
 # MATRIX_CASES=a,b runs those cases only (new cases joining a matrix already run); every other case's records stay.
 MATRIX_CASES = [case for case in os.environ.get("MATRIX_CASES", "").split(",") if case]
 
@@ -141,7 +142,7 @@ def _run_matrix(session: nox.Session, entry: str, version: str, install_s: float
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
         folder.mkdir(parents=True, exist_ok=True)
         cases = ",".join(MATRIX_CASES) if MATRIX_CASES else "glob(*)"
-        command = ["python", "-m", "harness", "-m", f"case={cases}", f"device={DEVICE}", f"compile={mode}"]
+        command = ["python", "-m", "harness", "-m", f"case={cases}", f"device={DEVICE}", f"compile={mode}", f"speed.max_s={MATRIX_SPEED_MAX_S}"]
         command += [f"hydra.sweep.dir={folder}", "hydra.sweep.subdir=${case.name}", *session.posargs]  # one folder per case
         started = time.perf_counter()
         code, output = _run_tee(session, command, folder / "harness.log")
