@@ -85,7 +85,8 @@ def test_a_bad_fix_is_from_its_threads_a_generic_attempt_or_of_no_stated_source(
         """A commenter's advice in https://github.com/owner/repo/issues/7, and https://example.org/post."""
 
     def generic():
-        """A generic attempt at this message; the same error in https://github.com/owner/repo/issues/8, not its source."""
+        """A generic
+        attempt at this message; the same error in https://github.com/owner/repo/issues/8, not its source."""
 
     def unstated():
         """Clamp the indices."""

@@ -15,7 +15,7 @@ from harness.cases import reachable
 
 _URL = re.compile(r"(?<![<(])(https?://[^\s)>]+[^\s)>.,;:])")
 _ANY_URL = re.compile(r"https?://[^\s)>\]]+[^\s)>\].,;:'\"]")
-_GENERIC = re.compile(r"\bgeneric attempt", re.IGNORECASE)
+_GENERIC = re.compile(r"\bgeneric\s+attempt", re.IGNORECASE)
 _GITHUB_THREAD = re.compile(r"^https://github\.com/([^/\s]+/[^/\s]+)/(?:issues|pull|discussions)/(\d+)")
 
 
