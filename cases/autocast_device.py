@@ -157,7 +157,7 @@ def from_torch_device(brain):
 
 
 def last_char(brain):
-    """PR #2882, first commit: "cuda:0" -> '0'."""
+    """The first commit of https://github.com/speechbrain/speechbrain/pull/2882: "cuda:0" -> '0'."""
     if brain.device == "cpu":
         brain.device_type = "cpu"
     elif "cuda" in brain.device:
@@ -167,7 +167,7 @@ def last_char(brain):
 
 
 def cuda_or_raise(brain):
-    """PR #2882 as merged: cpu:0, mps, xpu... raise."""
+    """https://github.com/speechbrain/speechbrain/pull/2882 as merged: cpu:0, mps, xpu... raise."""
     if brain.device == "cpu":
         brain.device_type = "cpu"
     elif "cuda" in brain.device:
@@ -177,7 +177,8 @@ def cuda_or_raise(brain):
 
 
 def cuda_or_nothing(brain):
-    """speechbrain 1.1.0 (#3054): the raise dropped, cpu:0, mps, xpu... get no device_type."""
+    """speechbrain 1.1.0, as https://github.com/speechbrain/speechbrain/issues/3054 reports it: the raise dropped,
+    cpu:0, mps, xpu... get no device_type."""
     if brain.device == "cpu":
         brain.device_type = "cpu"
     elif "cuda" in brain.device:

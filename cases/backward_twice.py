@@ -49,7 +49,9 @@ Fix: the tutorial's own line, `h_state = h_state.data` right after the forward, 
     first and 24 ms at the sixteenth, one process; it also differs from the reference from the second window on, its
     gradients running into past windows). It is no slow control: being wrong, it cannot stand for a correct but slow
     fix, and the speed phase's interleaved calls on one Loop let the baseline's backward cut its chain. Starting every window from a
-    zero hidden state (`h_state = None`: the error goes, the carried context with it) differs from the reference.
+    zero hidden state (`h_state = None`, proposed for the same file in
+    https://github.com/MorvanZhou/PyTorch-Tutorial/issues/49: the error goes, the carried context with it) differs
+    from the reference.
     Anomaly detection left on while training is correct but slow (a slow control).
 
 Compiled: `torch.compile` of the RNN module (compiles_itself), as a user compiles a model; the loop's backward and
@@ -237,8 +239,9 @@ def speed_baseline(x):
 
 
 def retain_graph(x):
-    """The thread's `loss.backward(retain_graph=True)` with torch's Adam: the second window's backward reaches the
-    first window's graph, whose saved weights Adam's step has since changed in place."""
+    """The `loss.backward(retain_graph=True)` of https://github.com/MorvanZhou/PyTorch-Tutorial/issues/57, with
+    torch's Adam: the second window's backward reaches the first window's graph, whose saved weights Adam's step has
+    since changed in place."""
     predictions = []
     for _ in range(x.windows_per_call):
         inputs, target = next_window(x)
@@ -252,7 +255,9 @@ def retain_graph(x):
 
 
 def fresh_hidden_state_each_window(x):
-    """`h_state = None` for every window: nothing to backward into, and nothing carried either."""
+    """`h_state = None` for every window, as proposed for the same tutorial file in
+    https://github.com/MorvanZhou/PyTorch-Tutorial/issues/49 ("the line `h_state = None` should do the trick"): nothing
+    to backward into, and nothing carried either."""
     predictions = []
     for _ in range(x.windows_per_call):
         inputs, target = next_window(x)

@@ -34,8 +34,9 @@ Cause: the audio head scores 4160 ids per layer but only the first 4096 are code
     codes before `snac.decode`, so a special id picked on any layer reaches a 4096-row codebook.
 
 Fix: select codes from the 4096 real codes only (the last layer also from eoa, which ends the
-    stream before decoding). The seed article's clamp or replace-with-0 stops the crash but
-    decodes different audio than intended; the bad-fix phase measures how different.
+    stream before decoding). The seed article's clamp or replace-with-0 (generic attempts: the
+    article the case was seeded from is not a public thread, and #97 holds no suggested fix) stops
+    the crash but decodes different audio than intended; the bad-fix phase measures how different.
 """
 
 from typing import NamedTuple
@@ -165,13 +166,15 @@ def speed_baseline(x):
 
 
 def clamp_codes(x):
-    """The seed article: clamp out-of-range codes into the codebook."""
+    """Clamp out-of-range codes into the codebook: a generic attempt, the suggestion of the article the case was seeded
+    from (not a public thread; mini-omni #97 holds no suggested fix)."""
     codes = x.logits.argmax(-1)
     return decode(x, codes[: stream_length(codes)].clamp(max=AUDIO_VOCAB - 1))
 
 
 def replace_with_zero(x):
-    """The seed article's other suggestion: replace out-of-range codes with code 0."""
+    """Replace out-of-range codes with code 0: a generic attempt, the other suggestion of the article the case was
+    seeded from (not a public thread; mini-omni #97 holds no suggested fix)."""
     codes = x.logits.argmax(-1)
     codes = codes[: stream_length(codes)]
     return decode(x, codes.masked_fill(codes >= AUDIO_VOCAB, 0))

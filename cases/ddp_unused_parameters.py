@@ -66,13 +66,15 @@ Fix: the maintainers' answers in #2340, on BenoitWang's explanation: "As explain
     a new DDP each step over that step's layers, costs more: the fix reads 0.83-0.91x of it
     (speed:wrap_kept_layers_each_step). At wavlm-large's width the step's arithmetic grows 4000-fold
     while the walk does not (the same nodes): its share can only shrink.
-    Wrong fixes: `static_graph=True`, which PyTorch's DDP docs (DistributedDataParallel's `static_graph`)
+    Wrong fixes: `static_graph=True` (a generic attempt, not from a thread on this error), which PyTorch's
+    DDP docs (DistributedDataParallel's `static_graph`)
     say may "Potentially improve performance when there are unused parameters, as DDP will not search
     graph in each iteration to detect unused parameters" (transformers PR
     https://github.com/huggingface/transformers/pull/45519, which exposes the flag, quotes those docs),
     assumes the same parameters go unused every step; LayerDrop changes them and DDP raises "Your training graph
-    has changed in this iteration" at the second step. `loss + 0 * sum(skipped layers' parameters)`
-    trains, but gives a layer that no rank ran a gradient 0 instead of none, and Adam moves it with
+    has changed in this iteration" at the second step. `loss + 0 * sum(skipped layers' parameters)` (the
+    workaround in https://github.com/pytorch/pytorch/issues/43259, for the same error) trains, but gives a
+    layer that no rank ran a gradient 0 instead of none, and Adam moves it with
     its running averages (max |diff| 1.7e-3 after 3 steps with shared draws); with independent
     draws and this seed no layer is skipped by both ranks in one step, and the trick matches the
     reference (the bad-fix phase then reports it accepted: it is wrong only where no rank ran a
@@ -80,8 +82,8 @@ Fix: the maintainers' answers in #2340, on BenoitWang's explanation: "As explain
     choose it; the case grades it wrong because it trains another recipe than the thread's: wavlm-large's
     config sets layerdrop 0.1, and without it every layer trains every step, so its weights are not those
     the recipe with LayerDrop gives (max |diff| 6.0e-3), at a cost to downstream performance that, as
-    TParcollet says, may or may not come. Freezing the layers step 0's error named (`requires_grad=False`)
-    raises again at the next step, which skips others.
+    TParcollet says, may or may not come. Freezing the layers step 0's error named (`requires_grad=False`, a
+    generic attempt) raises again at the next step, which skips others.
 """
 
 from __future__ import annotations
@@ -340,8 +342,9 @@ def static_graph_rank(job):
 
 
 def static_graph(job):
-    """`static_graph=True`: by PyTorch's DDP docs it spares the search for unused parameters each step, but it assumes
-    the same parameters go unused every step."""
+    """`static_graph=True` (a generic attempt, read from PyTorch's DDP docs, not from a thread on this error): by those
+    docs it spares the search for unused parameters each step, but it assumes the same parameters go unused every
+    step."""
     return every_rank(launch(static_graph_rank, job, nprocs=job.ranks, deadline_s=job.deadline_s, refusals=RANK_ERRORS))
 
 
@@ -356,8 +359,10 @@ def zero_times_skipped_rank(job):
 
 
 def multiply_skipped_by_zero(job):
-    """`loss + 0 * (skipped layers' parameters).sum()`: every parameter in the graph, the skipped ones with
-    gradient 0 instead of none, and Adam moves a parameter with gradient 0 (its running averages)."""
+    """`loss + 0 * (skipped layers' parameters).sum()`, the workaround for this error in
+    https://github.com/pytorch/pytorch/issues/43259 ("If you add all the parameters into the loss, though with a
+    multiply factor of zero, all parameters are technically used"): every parameter in the graph, the skipped ones
+    with gradient 0 instead of none, and Adam moves a parameter with gradient 0 (its running averages)."""
     return every_rank(launch(zero_times_skipped_rank, job, nprocs=job.ranks, deadline_s=job.deadline_s, refusals=RANK_ERRORS))
 
 
@@ -368,8 +373,9 @@ def no_layerdrop_rank(job):
 
 
 def disable_layerdrop(job):
-    """TParcollet, a maintainer, in #2340: `layerdrop: 0` in the model's config. It trains, but another recipe than the
-    thread's (wavlm-large's layerdrop 0.1): every layer every step."""
+    """TParcollet, a maintainer, in https://github.com/speechbrain/speechbrain/issues/2340: `layerdrop: 0` in the
+    model's config. It trains, but another recipe than the thread's (wavlm-large's layerdrop 0.1): every layer every
+    step."""
     return every_rank(launch(no_layerdrop_rank, job, nprocs=job.ranks, deadline_s=job.deadline_s, refusals=RANK_ERRORS))
 
 
@@ -382,7 +388,8 @@ def freeze_reported_rank(job):
 
 
 def freeze_reported_layers(job):
-    """`requires_grad=False` on the layers the error named: DDP ignores them, but the next step skips others."""
+    """`requires_grad=False` on the layers the error named (a generic attempt, not from the cited threads): DDP
+    ignores them, but the next step skips others."""
     return every_rank(launch(freeze_reported_rank, job, nprocs=job.ranks, deadline_s=job.deadline_s, refusals=RANK_ERRORS))
 
 

@@ -31,7 +31,11 @@ Cause: `features.long()` turns continuous values into row numbers; any value >= 
 Fix: Amphion's own practice for continuous inputs: quantise the feature into `n_bins` with
     `torch.bucketize` before an `nn.Embedding(n_bins, 384)` (or use a Linear layer), so every
     index is in range by construction; keep a range guard that does not sync the host
-    (`torch._assert_async`), never a `.item()` check in the training step.
+    (`torch._assert_async`), never a `.item()` check in the training step. Wrong ones, both generic
+    attempts (from the article the case was seeded from, not a public thread):
+    clamping the indices (the crash goes, every value past the table lands on its last row) and a
+    range check with `.item()` alone (a clear error and a host sync, and the batch still cannot be
+    encoded).
 """
 
 from typing import NamedTuple
@@ -139,13 +143,15 @@ def speed_baseline(x):
 
 
 def clamp_indices(x):
-    """Silence the crash: every value past the table lands on its last row."""
+    """Silence the crash by clamping the indices (a generic attempt, the clamp of the article the case was seeded
+    from, not a public thread): every value past the table lands on its last row."""
     indices = x.features.long().clamp(0, x.table_by_feature_dim.shape[0] - 1)
     return diffusion_conv(F.embedding(indices, x.table_by_feature_dim), x.conv_weight)
 
 
 def validate_only(x):
-    """The seed's range check with `.item()`: a clear error (and a host sync), but the batch still cannot be encoded."""
+    """A range check with `.item()` (a generic attempt, the check of the article the case was seeded from, not a
+    public thread): a clear error (and a host sync), but the batch still cannot be encoded."""
     indices = x.features.long()
     rows = x.table_by_feature_dim.shape[0]
     if indices.min().item() < 0 or indices.max().item() >= rows:

@@ -253,7 +253,8 @@ def speed_baseline(x):
 
 
 def index_the_loss(x):
-    """#12: `losstensorMean += losstensor.data[0]`: a 0-dim tensor has no index 0 (IndexError from torch 0.5)."""
+    """`losstensorMean += losstensor.data[0]`, a user's suggestion in https://github.com/zoogzog/chexnet/issues/12: a
+    0-dim tensor has no index 0 (IndexError from torch 0.5)."""
     input, target = x.next_batch()
     varOutput = x.network(input)
     losstensor = loss(varOutput, target)

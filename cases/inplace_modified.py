@@ -261,8 +261,9 @@ def clone_the_activations(x):
 
 
 def step_after_both_backwards(x):
-    """leftthomas/SRGAN #89, a commenter: both steps after both backwards. G_loss.backward() also adds into D's
-    gradients, so D steps on D_loss + G_loss, whose generated-batch terms cancel: D learns from the real batch only."""
+    """A commenter in https://github.com/leftthomas/SRGAN/issues/89: both steps after both backwards. G_loss.backward()
+    also adds into D's gradients, so D steps on D_loss + G_loss, whose generated-batch terms cancel: D learns from the
+    real batch only."""
     G, D, opt_G, opt_D = fresh_models(x)
     G_paintings = G(x.ideas)
     prob_artist0 = D(x.paintings)
@@ -288,9 +289,9 @@ def adam_first_step_on_data(parameters, lr, betas=(0.9, 0.999), eps=1e-8):
 
 
 def downgrade_to_torch_1_4(x):
-    """leftthomas/SRGAN #88, a commenter: "fixed by using torch==1.4.0". Downgrading torch cannot be a function; this
-    is what the buggy code computed on torch 1.4: D's step bypasses the version counter, so G's backward uses D's
-    new weights with its old activations."""
+    """A commenter in https://github.com/leftthomas/SRGAN/issues/88: "fixed by using torch==1.4.0". Downgrading torch
+    cannot be a function; this is what the buggy code computed on torch 1.4: D's step bypasses the version counter,
+    so G's backward uses D's new weights with its old activations."""
     G, D, opt_G, _ = fresh_models(x)
     G_paintings = G(x.ideas)
     prob_artist0 = D(x.paintings)

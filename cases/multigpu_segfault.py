@@ -69,6 +69,11 @@ Fix: (1) a setting every rank must share (the precision) comes from the launch, 
     What holds in every mode is the report and the teardown: the dead rank, its signal and its
     faulthandler stack; every rank reaped a fraction of a second after the fault (the launcher's
     SIGTERM, never a collective timeout); no process left behind; every port released.
+    Wrong ones: one rank, upstream's own workaround (#167: "it's fine when use only one gpu!"),
+    trains one rank, not the N the job asked for; and three generic attempts, not from the cited
+    threads: a longer process-group timeout (the rank dies natively, no timeout is involved),
+    torchrun's restarts (`--max-restarts 2`: the same ranks disagree again, on every attempt), and
+    the pre-flight alone (`check_only`, above).
 """
 
 from __future__ import annotations
@@ -385,12 +390,14 @@ def every_rank(results):
 
 
 def longer_timeout(job):
-    """"Raise the timeout" (InitProcessGroupKwargs(timeout=...)): the rank dies natively, no timeout is involved."""
+    """"Raise the timeout" (InitProcessGroupKwargs(timeout=...); a generic attempt, not from the cited threads): the
+    rank dies natively, no timeout is involved."""
     return buggy(job._replace(pg_timeout_s=1800.0))
 
 
 def restart_ranks(job):
-    """torchrun --max-restarts 2: the same ranks disagree again, three times.
+    """torchrun --max-restarts 2 (a generic attempt, not from the cited threads): the same ranks disagree again,
+    three times.
 
     (With the rendezvous store shared between attempts, torch's default, the restarted ranks failed
     otherwise here: they could not connect to each other, cf. pytorch#135712. The launcher gives each
@@ -400,12 +407,14 @@ def restart_ranks(job):
 
 
 def single_rank(job):
-    """Upstream's workaround, one GPU: it trains, but one rank, not the N the job asked for."""
+    """Upstream's workaround, one GPU (https://github.com/open-mmlab/Amphion/issues/167: "it's fine when use only one
+    gpu!"): it trains, but one rank, not the N the job asked for."""
     return buggy(job._replace(ranks=1, fault_rank=-1))
 
 
 def check_only(job):
-    """The pre-flight without one source for the precision: it names rank 1 and the field, and trains nothing."""
+    """The pre-flight without one source for the precision (half of the fix, a generic attempt): it names rank 1 and
+    the field, and trains nothing."""
     return every_rank(launch(check_only_rank, job, nprocs=job.ranks, deadline_s=job.deadline_s, refusals=(PreflightMismatch,)))
 
 

@@ -67,8 +67,8 @@ Fix: upstream's, for checkpoints still to be written (PR #63): save the wrapped 
     and NVIDIA/tacotron2#74's user; mmf fixed its own in https://github.com/facebookresearch/mmf/pull/47, "it
     replaces non-prefix `.module` with empty strings") also rewrites pytorch-3dunet's inner `basic_module.` into
     `basic_`: 42 of the 44 keys come out wrong (`encoders.0.basic_SingleConv1.groupnorm.weight`) and the strict load
-    raises again; with `strict=False` on top, only `final_conv` (2 tensors, 66 parameters) loads: 4,078,419
-    parameters beyond the tolerance, relative error 1.14 on the logits. Slow control: a round trip of the renamed
+    raises again; with `strict=False` on top (a generic attempt, the two combined), only `final_conv` (2 tensors,
+    66 parameters) loads: 4,078,419 parameters beyond the tolerance, relative error 1.14 on the logits. Slow control: a round trip of the renamed
     state dict through `torch.save`/`torch.load` (re-saving a "clean" checkpoint), 2.0-2.3x the load. A deep copy
     of the state dict before renaming it in place is correct and costs 1.2-1.3x (1.219x [1.103, 1.346], 3
     processes), too close to the 1.10x budget to serve as a control.
@@ -364,7 +364,8 @@ def speed_baseline(x):
 
 
 def strict_false(x):
-    """zsgnet-pytorch #14, jiant #1087: `strict=False`. No key matches, so nothing loads and nothing is said: the
+    """`strict=False`, as in https://github.com/TheShadow29/zsgnet-pytorch/issues/14 and
+    https://github.com/nyu-mll/jiant-v1-legacy/issues/1087. No key matches, so nothing loads and nothing is said: the
     returned _IncompatibleKeys names all 44 keys twice, and nobody reads it. The model keeps its init."""
     model = build_model(x)
     model.load_state_dict(x.checkpoint["model_state_dict"], strict=False)
@@ -372,15 +373,17 @@ def strict_false(x):
 
 
 def replace_module_everywhere(x):
-    """crop-classification #11 (mmf PR #47 fixed the same in mmf): `k.replace("module.", "")` also rewrites
-    upstream's inner `basic_module.` to `basic_`; the strict load raises again, on 42 keys."""
+    """`k.replace("module.", "")`, as in https://github.com/ClarkCGA/multi-temporal-crop-classification-baseline/issues/11
+    (mmf PR #47 fixed the same in mmf): it also rewrites upstream's inner `basic_module.` to `basic_`; the strict load
+    raises again, on 42 keys."""
     model = build_model(x)
     model.load_state_dict({k.replace("module.", ""): v for k, v in x.checkpoint["model_state_dict"].items()})
     return predicted(model, x)
 
 
 def replace_then_strict_false(x):
-    """The replace, then `strict=False` to silence what it broke: only `final_conv` loads (2 of 44 tensors)."""
+    """The replace, then `strict=False` to silence what it broke (a generic attempt, the two threads' answers
+    combined): only `final_conv` loads (2 of 44 tensors)."""
     model = build_model(x)
     model.load_state_dict({k.replace("module.", ""): v for k, v in x.checkpoint["model_state_dict"].items()}, strict=False)
     return predicted(model, x)

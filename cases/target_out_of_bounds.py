@@ -57,7 +57,9 @@ Fix: the repository's own (commits 8f317cb and d786714): resize masks with NEARE
     value appears, and map each grey value to its index in the sorted list of the values the
     dataset's masks hold (`mask_values`: [0, 255] -> classes 0 and 1), here with a lookup table
     on the device and a range guard that does not sync the host; #408's maintainer points its reporter to this
-    master for the same 255 target. Not a silencer: clamping the targets leaves the labels wrong. More classes
+    master for the same 255 target. Not a silencer: clamping the targets (a generic attempt) leaves the labels
+    wrong, and so does the mapping without NEAREST (`mapping_without_nearest`, a generic attempt: the edge's grey
+    values, in no list, stay 0). More classes
     (`one_more_class`) is #258's answer, and right for that thread: the maintainer's "If you have 3 classes you should change
     n_classes to 3 (or 4 if you include background)" counts the classes a mask of class indices holds, and a later
     commenter's "I solved this problem by adding one to args "classes"" does the same; here the data has 2 classes
@@ -241,29 +243,31 @@ def speed_baseline(x):
 
 
 def clamp_targets(x):
-    """Squeeze the grey values into [0, n_classes): every grey edge value and 255 become class 1."""
+    """Squeeze the grey values into [0, n_classes) with a clamp (a generic attempt, not from the cited threads): every
+    grey edge value and 255 become class 1."""
     true_masks = resize_as_pil_default(x.mask_image, x.masks_pred.shape[-2:]).long().clamp(0, x.n_classes - 1)
     return loss_and_labels(x.masks_pred, true_masks, x.n_classes)
 
 
 def one_more_class(x):
-    """#258's answer, a head with n_classes + 1 outputs: right where the masks hold class indices and a class (the
-    background) went uncounted, which is what #258's maintainer answered; here the targets are grey values, 255 is
-    still past 3 classes, and it still raises."""
+    """The answer in https://github.com/milesial/Pytorch-UNet/issues/258, a head with n_classes + 1 outputs: right
+    where the masks hold class indices and a class (the background) went uncounted, which is what #258's maintainer
+    answered; here the targets are grey values, 255 is still past 3 classes, and it still raises."""
     masks_pred = torch.cat([x.masks_pred, x.masks_pred[:, :1]], dim=1)  # the extra output's values do not matter
     true_masks = resize_as_pil_default(x.mask_image, x.masks_pred.shape[-2:]).long()
     return loss_and_labels(masks_pred, true_masks, x.n_classes + 1)
 
 
 def nearest_without_mapping(x):
-    """Commit 8f317cb alone (tag v3.0, as #408 ran it: "the true_mask is 0 and 255"): no grey edge any more, but 255
-    is still a target."""
+    """Commit 8f317cb alone (tag v3.0, as https://github.com/milesial/Pytorch-UNet/issues/408 ran it: "the true_mask
+    is 0 and 255"): no grey edge any more, but 255 is still a target."""
     true_masks = resize_nearest(x.mask_image, x.masks_pred.shape[-2:]).long()
     return loss_and_labels(x.masks_pred, true_masks, x.n_classes)
 
 
 def mapping_without_nearest(x):
-    """Commit d786714's mapping on a mask resized with the default filter: edge values not in mask_values stay 0."""
+    """Commit d786714's mapping on a mask resized with the default filter (a generic attempt, half of the fix, not
+    from the cited threads): edge values not in mask_values stay 0."""
     resized = resize_as_pil_default(x.mask_image, x.masks_pred.shape[-2:])
     true_masks = torch.zeros(resized.shape, dtype=torch.long, device=resized.device)
     for i, value in enumerate(x.mask_values.tolist()):
