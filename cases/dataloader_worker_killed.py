@@ -20,24 +20,33 @@ Fidelity: faithful in the mechanism and the structure: the annotations as T4's i
     token, a timestamp, the lidar path and point features, six cameras each with an image path, a 3x3
     intrinsic and a 4x4 extrinsic as nested lists, the ego pose as a 4x4 list, and the instances, each a dict
     with a 7-number box, a label and a point count), read by index in `__getitem__` in forked DataLoader workers
-    that live through the epoch, and the merged fix re-typed (pickle.dumps per sample, one buffer, int64
+    that live through the epoch (`persistent_workers=False`, as #78 had it: "The persistence worker is already set
+    to **False** when this issue happened"; each epoch's iterator starts its workers, which live until its end), and
+    the merged fix re-typed (pickle.dumps per sample, one buffer, int64
     offsets, pickle.loads of a memoryview slice). Synthetic: the annotations are seeded draws (6,000 frames,
     5-40 instances each: ~60 MiB of Python objects, not a real T4 annotation file), two workers, not 32 (CI has
     two cores), the point cloud a seeded draw in place of the file it names, no images and no transforms: an
     item is the frame's boxes, labels and camera matrices as tensors. A step is 32 batches of 16 frames, one
-    slice of an epoch: the iterator and its workers carry from step to step. The growth is measured, never
-    waited for: no process is killed here.
+    slice of an epoch: the iterator and its workers carry from step to step. The memory phases measure 4 steps after
+    one warm-up, 2,560 of the epoch's 6,000 frames, so every measured step meets the first epoch's workers, as
+    persistent workers would: with `persistent_workers=True` (as the case ran before) the buggy workers grew 6.66
+    MiB a step [6.24, 7.09], with False 6.76 [6.33, 7.19] (torch 2.13.0, two runs in a row on this 2-core machine,
+    loaded). The growth is measured, never waited for: no process is killed here.
 
 Symptom on CUDA: the same as on CPU: the workers are CPU processes and the RAM is the host's (autoware-ml trains on
-    GPUs; its log shows the rank killed, `[rank: 1] Child process ... terminated with code -9`). The DataLoader's
-    own message when the OOM killer ends a worker, the same text on every torch of the matrix (built in C++,
-    torch/csrc/DataLoader.cpp, with a trailing space; raised from the SIGCHLD handler in signal_handling.py):
+    GPUs; its log shows the rank killed, `[rank: 1] Child process ... terminated with code -9`, the launcher's line
+    for a rank that died, not the DataLoader's). The DataLoader's own message when the OOM killer ends a
+    worker, the same text on every torch of the matrix (built in C++, torch/csrc/DataLoader.cpp, with a trailing
+    space; raised from the SIGCHLD handler in signal_handling.py), as a user's log shows it in a 2024 comment of
+    https://github.com/pytorch/pytorch/issues/8976 (Python 3.8, torch version not stated):
         RuntimeError: DataLoader worker (pid 1817) is killed by signal: Killed.
-    then `RuntimeError: DataLoader worker (pid(s) 1817) exited unexpectedly`.
+    then, chained to it, `RuntimeError: DataLoader worker (pid(s) 1817) exited unexpectedly` (torch's
+    dataloader.py, `_try_get_data`; the part of that log read here stops before it).
 
 Symptom on CPU: the workers' memory grows with every item they read (their summed PSS, from /proc, after each
-    step; the main process stays flat): 6.8 MiB a step of 512 frames for the two workers here (torch 2.13.0), against
-    0.2 MiB for the fix, until, at real sizes, the OOM killer ends a worker with the message above.
+    step; the main process stays flat): 6.7 MiB a step of 512 frames for the two workers here (torch 2.13.0,
+    6.72 [6.44, 6.99]), against 0.1 MiB for the fix (131 KiB [-170, 432]) and 0.5 MiB for the numpy columns, until,
+    at real sizes, the OOM killer ends a worker with the message above.
 
 Cause: fork shares the parent's pages copy-on-write, and a Python object's reference count lives in the object.
     A worker that reads `data_infos[i]` writes the count of the dict, of every list and float it touches, so the
@@ -50,11 +59,12 @@ Fix: the project's: the annotations serialised into one buffer at construction, 
     memory verdict: fewer workers ("a quick fix would be decreasing the number of workers": one worker still
     copies what it reads), `gc.collect()` between steps (the counts are written by reading, not by garbage), and
     a larger /dev/shm (torch's `file_system` sharing strategy: the fix of a look-alike, `killed by signal: Bus
-    error`, where shared memory runs out; here the memory is private). Packing the annotations into fixed-size
-    numpy arrays (a 32-instance cap) is flat and wrong: frames with more instances lose boxes. New workers for every batch (no persistent
-    workers) keep memory down by killing what copied it, and pay for two processes a batch: the speed verdict's
-    control. Loading in the main process (`num_workers=0`, many threads' answer) is right, and slower
-    only where the machine has cores to spare for the workers.
+    error`, where shared memory runs out; here the memory is private): 3.4, 7.5 and 6.8 MiB a step. Packing the
+    annotations into fixed-size numpy arrays (a 32-instance cap; a generic attempt, not from the cited threads) is
+    flat and wrong: frames with more instances lose boxes (599 of the 20,480 labels of a step differ). New workers
+    for every batch (a DataLoader made per batch) keep memory down by killing what copied it, and pay for two
+    processes a batch: the speed verdict's control. Loading in the main process (`num_workers=0`, many threads'
+    answer) is right, and slower only where the machine has cores to spare for the workers.
 """
 
 import gc
@@ -229,13 +239,13 @@ def make_inputs(cfg, device):
 
 
 def read_batches(x, variant, make_dataset, workers=None, **loader_options):
-    """The next step's batches from the variant's loader: `batches_per_step` batches of the epoch's iterator, the
-    workers started on the first step and kept (persistent, as through a real epoch); at an epoch's end the next
-    epoch starts, on the same workers."""
+    """The next step's batches from the variant's loader: `batches_per_step` batches of the epoch's iterator, whose
+    workers start on the epoch's first step and live through the epoch; at an epoch's end the next epoch starts new
+    workers (`persistent_workers=False`, as in autoware-ml #78)."""
     if variant not in x.loaders:
         dataset = make_dataset(x.infos, x.cfg.sizes.max_instances)
         workers = x.cfg.loader.num_workers if workers is None else workers
-        loader = DataLoader(dataset, batch_size=x.cfg.loader.batch_size, num_workers=workers, persistent_workers=workers > 0, **loader_options)
+        loader = DataLoader(dataset, batch_size=x.cfg.loader.batch_size, num_workers=workers, persistent_workers=False, **loader_options)
         x.loaders[variant] = [loader, iter(loader)]
     batches = []
     while len(batches) < x.cfg.loader.batches_per_step:
@@ -276,11 +286,12 @@ memory_baseline = speed_baseline
 carries_state = True  # each call reads the next slice of the epoch
 
 
-# -- what the threads tried ------------------------------------------------------------------------------
+# -- the wrong fix and the memory controls (fewer workers: #78's "quick fix") ------------------------------
 
 
 class CappedColumnsDataset(ColumnsDataset):
-    """Fixed-size numpy arrays, 32 instances a frame: one array each, no offsets; a frame's boxes past 32 are lost."""
+    """Fixed-size numpy arrays, 32 instances a frame: one array each, no offsets; a frame's boxes past 32 are lost (a
+    generic attempt, not from the cited threads)."""
 
     CAP = 32
 
@@ -290,6 +301,8 @@ class CappedColumnsDataset(ColumnsDataset):
 
 
 def capped_arrays(x):
+    """The annotations packed into fixed-size numpy arrays with a 32-instance cap (a generic attempt, not from the
+    cited threads): flat memory, and a frame's boxes past 32 are lost."""
     return read_batches(x, "capped", CappedColumnsDataset)
 
 
@@ -316,8 +329,8 @@ memory_fixes = {"fewer_workers": fewer_workers, "collect_garbage": collect_garba
 
 
 def fresh_workers_every_batch(x):
-    """New workers for every batch (a DataLoader without persistent workers, made per batch): what a worker copied
-    dies with it a batch later, and every batch pays for starting two processes."""
+    """New workers for every batch (a DataLoader made per batch): what a worker copied dies with it a batch later, and
+    every batch pays for starting two processes."""
     size, steps = x.cfg.loader.batch_size, x.cfg.loader.batches_per_step
     dataset = ListDataset(x.infos, x.cfg.sizes.max_instances)
     batches = []
