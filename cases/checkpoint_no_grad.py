@@ -11,10 +11,10 @@ Upstream: https://github.com/huggingface/blog/issues/1824 (yao-matrix, 2024-02-1
     TrainingArguments left as they were; "LoRA weights will be trained". Why that works (source read, not said in the
     thread): wrapped while checkpointing is already on, `PeftModel.__init__` calls `enable_input_require_grads()`, a
     forward hook that makes the word embeddings' output require grad; the Trainer then enables checkpointing again with
-    its own empty kwargs (reentrant), and the hook keeps the gradients flowing. The same silence, and the maintainer's
-    diagnosis, in
-    https://github.com/huggingface/transformers/issues/26221 ("Gradient checkpointing should have no functional
-    impact", LoRA on a sequence classifier, closed as solved): pacman100 (2024-04-02) quotes the checkpoint docs,
+    its own empty kwargs (reentrant), and the hook keeps the gradients flowing. The same silence, and the
+    maintainer's diagnosis, in https://github.com/huggingface/transformers/issues/26221 ("Gradient checkpointing
+    should have no functional impact", LoRA on a sequence classifier, closed as solved): pacman100 (2024-04-02)
+    quotes the checkpoint docs,
     "At least one input and output must have requires_grad=True for the reentrant variant. If this condition is
     unmet, the checkpointed part of the model will not have gradients", and shows that the Trainer's own
     `gradient_checkpointing_enable` call replaced the user's `{"use_reentrant": False}` with the reentrant
@@ -84,9 +84,9 @@ Fix: the maintainer's, pacman100 in transformers #26221 (2024-04-02): `TrainingA
     their output require grad, as in https://github.com/huggingface/transformers/issues/23170 (the first parameter,
     the embedding, set to requires_grad=True: "it trains successfully"): the LoRA gradients come back, and a gradient
     for the frozen 1000 x 128 table appears where the reference has None (E5-V #19 shows the confusion of the two:
-    https://github.com/kongds/E5-V/issues/19). `loss.requires_grad_()`, the answer to the sibling error `element 0 of tensors does not require grad` in
-    https://github.com/huggingface/trl/issues/801 ("add 'losses.requires_grad_(True)' ... it works for me"): a no-op on
-    a loss that already requires grad (still None); filtering the warning away, as a commenter offers in
+    https://github.com/kongds/E5-V/issues/19). `loss.requires_grad_()`, the answer to the sibling error `element 0
+    of tensors does not require grad` in https://github.com/huggingface/trl/issues/801 ("add
+    'losses.requires_grad_(True)' ... it works for me"): a no-op on a loss that already requires grad (still None); filtering the warning away, as a commenter offers in
     https://github.com/2U1/Qwen-VL-Series-Finetune/issues/56 (still None). Three of them leave the same 16 of 20
     trainable gradients None; unfreezing gets all 20 right and adds a 21st, the embedding table's. Dropping
     checkpointing is correct and the fastest, but keeps every layer's activations: it is a memory control, measured at
