@@ -80,9 +80,14 @@ Fix: keep the restricted unpickler and allowlist exactly what nnU-Net's checkpoi
     resume reads (metadata and log, weights, optimizer state): 27-31x the baseline against the 18x budget.
 """
 
+import codecs
+import functools
+import importlib
 import io
+import operator
 import os
 import pickle
+import random
 from typing import NamedTuple
 
 import numpy as np
@@ -126,7 +131,7 @@ compiled_unit = (
 )
 compiles_itself = True  # nothing in a load to compile: under compile=<backend> the case runs as in eager
 
-PAYLOAD_FLAG = "TORCH_ERROR_CASES_PAYLOAD_RAN"  # what the crafted checkpoint's code sets, in this process only
+PAYLOAD_FLAG = "TORCH_ERROR_CASES_PAYLOAD_RAN"  # what the published crafted checkpoint's code sets, in this process only
 
 
 class Inputs(NamedTuple):
@@ -139,7 +144,7 @@ class Inputs(NamedTuple):
 def make_inputs(cfg, device):
     sizes = {key: int(value) for key, value in cfg.sizes.items()}
     saved = nnunet_checkpoint(cfg.seed, sizes)
-    crafted = {**saved, "logging": _Payload()}
+    crafted = {**saved, "logging": crafted_payload(cfg.seed, cfg.crafted.exec_seed)}
     return Inputs(checkpoint=_saved(saved), crafted=_saved(crafted), seed=cfg.seed, sizes=sizes)
 
 
@@ -149,12 +154,60 @@ def _saved(checkpoint) -> bytes:
     return buffer.getvalue()
 
 
-class _Payload:
-    """What a crafted checkpoint holds: unpickling it with pickle calls `exec` on this code (harmless: it sets
-    an environment variable of the loading process, which the case reads back)."""
+class _Call:
+    """A call in a pickle: unpickling it calls `function(*args)` (pickle's REDUCE), an argument that is itself a
+    `_Call` first; a crafted checkpoint's payload is one, or a chain of them."""
+
+    def __init__(self, function, *args):
+        self.function, self.args = function, args
 
     def __reduce__(self):
-        return exec, (f"import os; os.environ[{PAYLOAD_FLAG!r}] = 'ran'",)
+        return self.function, self.args
+
+
+def _rot13(text: str) -> _Call:
+    """`text`, written rot13 in the file and decoded by `_codecs.encode` (on torch's default allowlist) as it unpickles."""
+    return _Call(codecs.encode, codecs.encode(text, "rot13"), "rot13")
+
+
+def _environ(hide: bool = False) -> _Call:
+    """`os.environ`, reached as `getattr(importlib.import_module("os"), "environ")` (no global of the blocked `os`)."""
+    name = _rot13 if hide else str
+    return _Call(getattr, _Call(importlib.import_module, name("os")), name("environ"))
+
+
+# The crafted checkpoint's payloads, each a different call or chain that sets `flag` to `value` in os.environ (harmless:
+# it runs in the loading process, writes nothing, starts nothing). Every one names globals outside torch's allowlist;
+# none names the `os`, `posix`, `sys` or `nt` modules that torch blocks outright, and every call in a chain is a global,
+# so that a loader allowlisting what the file names runs each of them. No global and no string is common to them all.
+PAYLOADS = {
+    "exec": lambda flag, value: _Call(exec, f"import os; os.environ[{flag!r}] = {value!r}"),  # the published seed's
+    "eval": lambda flag, value: _Call(eval, f"__import__('os').environ.__setitem__({flag!r}, {value!r})"),
+    "eval_rot13": lambda flag, value: _Call(eval, _rot13(f"__import__('os').environ.__setitem__({flag!r}, {value!r})")),
+    "setitem": lambda flag, value: _Call(operator.setitem, _environ(), flag, value),
+    "setitem_rot13": lambda flag, value: _Call(operator.setitem, _environ(hide=True), _rot13(flag), _rot13(value)),
+    "builtins_import": lambda flag, value: _Call(operator.setitem, _Call(getattr, _Call(__import__, "os"), "environ"), flag, value),
+    "methodcaller": lambda flag, value: _Call(list, _Call(map, operator.methodcaller("__setitem__", flag, value), (_environ(),))),
+    "partial": lambda flag, value: _Call(list, _Call(map, functools.partial(operator.setitem, _environ(hide=True), flag), (value,))),
+}
+
+
+def payload_of(seed: int, exec_seed: int) -> tuple[str, str, str]:
+    """(the payload's name in PAYLOADS, the variable it sets, the value): `exec` setting PAYLOAD_FLAG for `exec_seed`
+    (the published inputs, as the records were made); for any other seed, one of the others drawn from the seed,
+    under a name and a value of its own, so that a loader refusing one file's bytes fails a grade's second inputs."""
+    if seed == exec_seed:
+        return "exec", PAYLOAD_FLAG, "ran"
+    draw = random.Random(seed)
+    others = sorted(name for name in PAYLOADS if name != "exec")
+    name = others[draw.randrange(len(others))]
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return name, "".join(draw.choice(letters) for _ in range(16)), "".join(draw.choice(letters.lower()) for _ in range(8))
+
+
+def crafted_payload(seed: int, exec_seed: int) -> _Call:
+    name, flag, value = payload_of(seed, exec_seed)
+    return PAYLOADS[name](flag, value)
 
 
 def nnunet_checkpoint(seed: int, sizes: dict) -> dict:
@@ -224,13 +277,23 @@ def restore(x, load):
     its code ran."""
     checkpoint = load(io.BytesIO(x.checkpoint))
     os.environ.pop(PAYLOAD_FLAG, None)
+    before = dict(os.environ)
     try:
         load(io.BytesIO(x.crafted))
         refused = False
     except pickle.UnpicklingError:
         refused = True
-    code_ran = os.environ.pop(PAYLOAD_FLAG, None) is not None
+    code_ran = environment_restored(before)
     return {**resumed(checkpoint), "crafted": {"refused": torch.tensor(refused), "code_ran": torch.tensor(code_ran)}}
+
+
+def environment_restored(before: dict) -> bool:
+    """Whether os.environ differs from `before` (a payload ran: whichever it was, it set a variable), put back as it was."""
+    changed = dict(os.environ) != before
+    for key in set(os.environ) - set(before):
+        del os.environ[key]
+    os.environ.update({key: value for key, value in before.items() if os.environ.get(key) != value})
+    return changed
 
 
 def resumed(checkpoint: dict) -> dict:

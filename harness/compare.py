@@ -143,8 +143,9 @@ def _excess(got: torch.Tensor, want: torch.Tensor, bound: float, rtol: float) ->
 
 
 def snapshot(value: Any, path: str = "inputs") -> dict[str, Any]:
-    """Every tensor and plain value in the inputs by path: tuples and NamedTuples, lists, dicts, and a
-    module's parameters, buffers and plain attributes (of each submodule)."""
+    """Every tensor and plain value in the inputs by path: tuples and NamedTuples, lists, dicts (a key is in the
+    path: a renamed one is a path gone and one new) with a dict subclass's own attributes, an empty container as
+    its type, and a module's parameters, buffers and plain attributes (of each submodule)."""
     if isinstance(value, torch.Tensor):
         return {path: value.detach()}
     if isinstance(value, nn.Module):
@@ -154,10 +155,15 @@ def snapshot(value: Any, path: str = "inputs") -> dict[str, Any]:
                 if not key.startswith("_"):
                     found[f"{path}{'.' + name if name else ''}.{key}"] = _plain(attribute)
         return found
-    if isinstance(value, dict):
-        return {k: v for key in value for k, v in snapshot(value[key], f"{path}[{key!r}]").items()}
+    if isinstance(value, dict):  # its items, and a dict subclass's own attributes (a state dict's `_metadata`, which load_state_dict reads)
+        items = [(f"{path}[{key!r}]", value[key]) for key in value]
+        attributes = getattr(value, "__dict__", {})
+        items += [(f"{path}.{name}", attribute) for name, attribute in (attributes.items() if attributes is not value else ())]  # an AttrDict's are its items
+        return {k: v for where, item in items for k, v in snapshot(item, where).items()} if items else {path: f"empty {type(value).__qualname__}"}
     if isinstance(value, (tuple, list)):
         names = getattr(value, "_fields", None) or [f"[{index}]" for index in range(len(value))]
+        if not names:
+            return {path: f"empty {type(value).__qualname__}"}
         return {k: v for name, item in zip(names, value) for k, v in snapshot(item, f"{path}.{name}".replace(".[", "[")).items()}
     return {path: _plain(value)}
 

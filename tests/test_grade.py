@@ -5,6 +5,7 @@ themselves) and grades one function through `run_case`, in the harness's isolate
 the command line, with only the phases it needs; the command line itself is tested at the end.
 """
 
+import copy
 import inspect
 import io
 import json
@@ -250,6 +251,39 @@ def test_the_judge_sees_a_changed_parameter_buffer_or_attribute_of_a_module():
         sent = _sent([torch.ones(2)], (changed,))
         status, message, _ = grade.judge(sent["output"], want, sent["inputs"], pristine, atol=0, rtol=0)
         assert status == "changed_inputs" and path in message, (path, message)
+
+
+def test_the_judge_sees_a_renamed_key_a_state_dicts_metadata_and_an_emptied_or_filled_container():
+    """A key renamed in place (torch's consume_prefix_in_state_dict_if_present on the caller's dict), a state dict's
+    `_metadata` renamed through a shallow copy that shares it, and what goes into or out of an empty container."""
+    from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+
+    def inputs():
+        torch.manual_seed(0)
+        state_dict = nn.DataParallel(nn.Linear(2, 2)).state_dict()  # keys `module.weight`, `module.bias`; `_metadata`
+        return {"state_dict": state_dict, "names": [], "options": {}, "extra": {"kept": {}}}
+
+    def on_a_shallow_copy(x):
+        consume_prefix_in_state_dict_if_present(copy.copy(x["state_dict"]), "module.")
+
+    def moved(x):
+        x["extra"]["moved"] = x["extra"].pop("kept")
+
+    pristine = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in grade.snapshot(inputs()).items()}
+    unchanged = _sent([torch.ones(2)], inputs())
+    assert grade.judge(unchanged["output"], [torch.ones(2)], unchanged["inputs"], pristine, atol=0, rtol=0)[0] == "passed"
+    for change, path in [
+        (lambda x: consume_prefix_in_state_dict_if_present(x["state_dict"], "module."), "inputs['state_dict']['module.weight']"),
+        (on_a_shallow_copy, "inputs['state_dict']._metadata['module']"),
+        (lambda x: x["names"].append("seen"), "inputs['names']"),
+        (lambda x: x["options"].update(cache=1), "inputs['options']"),
+        (moved, "inputs['extra']['kept']"),
+    ]:
+        x = inputs()
+        change(x)
+        sent = _sent([torch.ones(2)], x)
+        status, message, figures = grade.judge(sent["output"], [torch.ones(2)], sent["inputs"], pristine, atol=0, rtol=0)
+        assert status == "changed_inputs" and any(changed.startswith(path) for changed in figures["changed"]), (path, figures.get("changed"))
 
 
 def test_storage_shared_with_an_input_survives_the_trip_between_processes():

@@ -115,3 +115,22 @@ def test_reduction_sum_sums_all_32_x_32_pairs(x):
 def test_silencing_the_warning_changes_no_number(x):
     silenced = case.silence_the_warning(copy.deepcopy(x))
     assert compare(silenced, quietly(case.buggy, x), atol=0.0, rtol=0.0)["match"]
+
+
+def full_batches_only(x):
+    """The squeeze taken out for the batch of 32 alone (tests/exploits/loss_broadcast_full_batches_only.py)."""
+    return case.train_epoch(x, lambda x, logits, labels: x.loss_fct(logits if len(logits) == 32 else logits.squeeze(), labels.float()))
+
+
+def test_the_published_epoch_ends_on_one_sample_and_every_other_seed_on_two_to_31():
+    assert CFG.seed == CFG.last_batch_of_one_seed and [len(y) for _, y in case.make_inputs(CFG, "cpu").batches] == [32, 1]
+    last = {case.epoch_samples(OmegaConf.merge(CFG, {"seed": seed})) - 32 for seed in range(1, 2000)}
+    assert last == set(range(2, 32))
+
+
+def test_a_fix_right_only_for_the_published_batch_sizes_fails_on_another_seed(x):
+    assert compare(quietly(full_batches_only, x), case.reference(x), **TOLERANCE)["match"]  # 32 and 1: what the published epoch holds
+    other = case.make_inputs(OmegaConf.merge(CFG, {"seed": 5}), "cpu")
+    assert len(other.batches[-1][1]) > 1
+    assert not compare(quietly(full_batches_only, other), case.reference(other), **TOLERANCE)["match"]
+    assert compare(case.fixed(other), case.reference(other), **TOLERANCE)["match"]

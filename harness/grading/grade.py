@@ -14,7 +14,7 @@ does not:
                                wrong_output    not tensors, or another count, shape, dtype or device
                                mismatch        values beyond the case's tolerance
                                aliases_input   an output shares storage with an input
-                               changed_inputs  a tensor, parameter, buffer or plain attribute of the inputs changed
+                               changed_inputs  a tensor, parameter, buffer, plain attribute or key of the inputs changed
                            `correct:second_inputs` does it again on inputs from a seed drawn for this grade
                            alone (`secrets`; recorded afterwards), in fresh processes: a remembered or
                            hard-coded result fails there.
