@@ -68,7 +68,8 @@ Fix: FARM's (#230): no squeeze; the logits (N, 1) meet the labels (N, 1) and MSE
     no shapes ever differ, is 7.8-9.2x (6.4-6.6x compiled). A per-sample loop over the loss alone (1.37-1.49x
     eager) is no control: inductor fuses it (1.08x, missed); nor is the (N, N) matrix's diagonal (8% over
     the fix).
-    Wrong ones, each rejected: a bare `.squeeze()` on the labels too, which matches the squeezed logits
+    Wrong ones, each rejected, all three generic attempts (not from the cited threads): a bare `.squeeze()` on
+    the labels too, which matches the squeezed logits
     and is right for 32, but squeezes the last batch's logits and labels to 0-d tensors: its loss and
     gradients are still right, its per-sample loss has no sample dimension, and the trainer's `len()` of it
     raises (TypeError: len() of a 0-d tensor; compiled, IndexError: tuple index out of range);
@@ -217,17 +218,20 @@ def speed_baseline(x):
 
 
 def squeeze_the_labels_too(x):
-    """Match the squeezed logits by squeezing the labels: right for 32, 0-d tensors for the last batch of 1."""
+    """Match the squeezed logits by squeezing the labels (a generic attempt, not from the cited threads): right for
+    32, 0-d tensors for the last batch of 1."""
     return train_epoch(x, lambda x, logits, labels: x.loss_fct(logits.squeeze(), labels.float().squeeze()))
 
 
 def reduction_sum(x):
-    """MSELoss(reduction="sum"), as if the mean were the problem: the (N, N) pairs summed into one number."""
+    """MSELoss(reduction="sum"), as if the mean were the problem (a generic attempt, not from the cited threads): the
+    (N, N) pairs summed into one number."""
     return train_epoch(x, lambda x, logits, labels: nn.MSELoss(reduction="sum")(logits.squeeze(), labels.float()))
 
 
 def silence_the_warning(x):
-    """`warnings.filterwarnings("ignore", ...)` for the message: no warning, the same (N, N) loss."""
+    """`warnings.filterwarnings("ignore", ...)` for the message (a generic attempt, not from the cited threads): no
+    warning, the same (N, N) loss."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Using a target size")
         return train_epoch(x, farm_logits_to_loss)

@@ -58,8 +58,10 @@ Fix: keep the restricted unpickler and allowlist exactly what nnU-Net's checkpoi
     `scalar`, `np.dtype` and the float64 dtype's class (`numpy.dtypes.Float64DType`, which the unpickler
     must also be allowed to build), with `torch.serialization.safe_globals` around the load (torch >= 2.5;
     `add_safe_globals` in 2.4; nothing in 2.3, where a weights-only load cannot read numpy scalars and only
-    re-saving with plain types works). This is the second option torch's message gives, and what
-    transformers' Trainer adopted for the numpy arrays in its RNG state
+    re-saving with plain types works). This is the second option torch's message gives ("(2) Alternatively, to
+    load with `weights_only=True` ..."), not the one nnU-Net took: nnU-Net's own fix is the first option, commit
+    dadc00d8 (2025-01-30, first released in nnU-Net 2.5.2) adding `weights_only=False` to this `torch.load`, graded
+    a wrong fix below. The allowlist is also what transformers' Trainer adopted for the numpy arrays in its RNG state
     (https://github.com/huggingface/transformers/issues/34631); deepmd-kit saves plain floats instead (#4148),
     which new checkpoints should do, but the checkpoints already written keep their numpy values. The crafted
     file names `builtins.exec`, outside the list, and is refused with the same UnpicklingError.
@@ -67,9 +69,10 @@ Fix: keep the restricted unpickler and allowlist exactly what nnU-Net's checkpoi
     values linearly and rebuilds the user's (torch/_weights_only_unpickler.py), ~20 us a numpy scalar: the
     ~6,000 of a 1000-epoch log take 0.11-0.15 s where pickle reads the whole file in ~11 ms (8.6-12.4x in the
     speed phase here; the ratio grows with the log and shrinks with the network, synthetic and small here).
-    Wrong fixes, each rejected: `weights_only=False` (nnU-Net's commit dadc00d8, and
-    https://github.com/MIC-DKFZ/nnUNet/pull/2717 for v1) and `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` (a
-    comment's advice in https://github.com/ZHO-ZHO-ZHO/ComfyUI-YoloWorld-EfficientSAM/issues/102) load the
+    Wrong fixes, each rejected: `weights_only=False`, upstream's own fix (nnU-Net's commit dadc00d8, and
+    https://github.com/MIC-DKFZ/nnUNet/pull/2717 for v1), graded wrong here because it brings back Python's
+    pickle for every file the loader is handed, the crafted one included, whose code then runs; and
+    `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` (a comment's advice in https://github.com/ZHO-ZHO-ZHO/ComfyUI-YoloWorld-EfficientSAM/issues/102) load the
     trusted checkpoint bit for bit and run the crafted one's code: 2 of the output's 6 integers differ
     (refused False, code ran True), no float does; `weights_only=True` alone (deepmd-kit's first try in
     #4147: `WeightsUnpickler error: Unsupported class numpy.core.multiarray.scalar`, torch < 2.4's wording)
@@ -350,8 +353,9 @@ def speed_baseline(x):
 
 
 def weights_only_false(x):
-    """nnU-Net's commit dadc00d8 (and PR #2717 for v1): the trusted checkpoint loads, and so does the crafted one,
-    running its code."""
+    """Upstream's own fix, nnU-Net's commit https://github.com/MIC-DKFZ/nnUNet/commit/dadc00d842b4c82ea6e1f3a419e708d165fadd50
+    (and https://github.com/MIC-DKFZ/nnUNet/pull/2717 for v1): the trusted checkpoint loads, and so does the crafted
+    one, running its code."""
     return restore(x, load_with_pickle)
 
 
@@ -364,8 +368,10 @@ def load_forcing_no_weights_only(file):
 
 
 def force_no_weights_only_load(x):
-    """The environment variable torch names for callers it cannot change (a package's own `torch.load`): the same
-    unsafe load as `weights_only=False`, with a UserWarning."""
+    """`TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`, a comment's advice in
+    https://github.com/ZHO-ZHO-ZHO/ComfyUI-YoloWorld-EfficientSAM/issues/102 (the environment variable torch names for
+    callers it cannot change, a package's own `torch.load`): the same unsafe load as `weights_only=False`, with a
+    UserWarning."""
     return restore(x, load_forcing_no_weights_only)
 
 
@@ -374,7 +380,8 @@ def load_weights_only_alone(file):
 
 
 def weights_only_true_alone(x):
-    """deepmd-kit's first try in #4147, and what torch 2.4's FutureWarning recommends: the numpy scalars are still refused."""
+    """deepmd-kit's first try in https://github.com/deepmodeling/deepmd-kit/pull/4147, and what torch 2.4's
+    FutureWarning recommends: the numpy scalars are still refused."""
     return restore(x, load_weights_only_alone)
 
 
@@ -389,8 +396,8 @@ def load_allowing_what_the_file_names(file):
 
 
 def allowlist_what_the_file_names(x):
-    """Allowlist every global the checkpoint names (generic, not from the cited threads): the crafted file names
-    `builtins.exec`, which gets allowlisted and runs."""
+    """Allowlist every global the checkpoint names (a generic attempt, not from the cited threads): the crafted file
+    names `builtins.exec`, which gets allowlisted and runs."""
     return restore(x, load_allowing_what_the_file_names)
 
 
@@ -404,8 +411,8 @@ def load_safe_else_unsafe(file):
 
 
 def weights_only_then_fall_back(x):
-    """Weights-only with the allowlist, and `weights_only=False` where that fails (generic, not from the cited
-    threads): the crafted file fails the first and is loaded by the second."""
+    """Weights-only with the allowlist, and `weights_only=False` where that fails (a generic attempt, not from the
+    cited threads): the crafted file fails the first and is loaded by the second."""
     return restore(x, load_safe_else_unsafe)
 
 
