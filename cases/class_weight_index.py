@@ -240,14 +240,17 @@ def cross_entropy_branch_commented_out(
 
 
 def comment_out_class_weight_branch(x):
-    """#3574 / #3724: the weighted sum divided by the number of pixels, ignored ones included, unweighted."""
+    """The class-weight branch commented out, as in https://github.com/open-mmlab/mmsegmentation/issues/3574 and
+    https://github.com/open-mmlab/mmsegmentation/issues/3724: the weighted sum divided by the number of pixels,
+    ignored ones included, unweighted."""
     loss = copy.copy(x.loss)
     loss.cls_criterion = cross_entropy_branch_commented_out
     return loss(x.pred, x.label, ignore_index=x.ignore_index)
 
 
 def pad_with_minus_one(x):
-    """#3864: `seg_pad_val=-1` and `ignore_index=-1`; Cityscapes' own void pixels stay 255."""
+    """`seg_pad_val=-1` and `ignore_index=-1`, as in https://github.com/open-mmlab/mmsegmentation/issues/3864;
+    Cityscapes' own void pixels stay 255."""
     label = x.label.clone()
     label[:, x.image_height :] = -1
     return x.loss(x.pred, label, ignore_index=-1)

@@ -423,8 +423,8 @@ def speed_baseline(x):
 
 
 def drop_the_scaler(x):
-    """pytorch/pytorch#74739, a commenter: "not using gradscaler if your model" is float16. The float16 adapters
-    train directly: the backward is not scaled, and AdamW runs in float16."""
+    """A commenter in https://github.com/pytorch/pytorch/issues/74739: "not using gradscaler if your model" is
+    float16. The float16 adapters train directly: the backward is not scaled, and AdamW runs in float16."""
     unet = fresh_unet(x)
     params = lora_parameters(unet)
     optimizer = torch.optim.AdamW(params, **x.optimizer)
@@ -435,9 +435,9 @@ def drop_the_scaler(x):
 
 
 def larger_adam_epsilon(x):
-    """jinxixiang/magic_animate_unofficial#6, a commenter on float16 weights turning NaN after optimizer.step:
-    "Increasing the adam_epsilon may help ... 1e-8, which may be too small for fp16". The scaler dropped as above,
-    AdamW's eps 1e-4 (the comment names no value)."""
+    """A commenter in https://github.com/jinxixiang/magic_animate_unofficial/issues/6, on float16 weights turning NaN
+    after optimizer.step: "Increasing the adam_epsilon may help ... 1e-8, which may be too small for fp16". The
+    scaler dropped as above, AdamW's eps 1e-4 (the comment names no value)."""
     unet = fresh_unet(x)
     params = lora_parameters(unet)
     optimizer = torch.optim.AdamW(params, **{**x.optimizer, "eps": 1e-4})
