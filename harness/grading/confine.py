@@ -158,6 +158,19 @@ def _write_guard(writable: tuple[str, ...], refused_log: str):
     return guard
 
 
+def audit_parity() -> None:
+    """The write guard's cost without its refusals, for the model solution's timing children in a grade: under the
+    guard every audited event (each `id()`, each `copy.deepcopy`) costs the submission a Python call through the same
+    tests, and must cost the model solution the same, or a correct submission is timed slower than the model by the
+    hook alone (inplace_modified's `fixed`, graded against itself: 1.16-1.17x, rejected against its 1.15x budget)."""
+
+    def guard(event: str, args: tuple) -> None:
+        if event in ("os.kill", "os.killpg") or event == "open" or event in AUDITED_WRITES:
+            return
+
+    sys.addaudithook(guard)
+
+
 def _outside_own_processes(confined_root: int, event: str, target: int, signal_number: int) -> str | None:
     """How a signal to a process (group) outside the submission's own reads ("SIGKILL to pid 12 (python)"), or None
     for its own: the confined child and everything it started (a worker may signal the rank that started it), and the

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import compiled as compile_axis
 from harness.cases import load_case
+from harness.grading.confine import audit_parity
 from harness.grading.submitted import SUBMITTED_KEY, changes, process_settings, submission_of
 from harness.isolate import ChildResult, Failure, run_isolated
 from harness.phases.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive, serve, stop
@@ -278,6 +279,8 @@ def _speed_in_child(
     timed on inputs from another: the submitted fix ("candidate"), or the model solution ("baseline", "pristine")."""
     case = load_case(cfg.name)
     speed_cfg = speed_config(cfg, settings.device, inputs)
+    if seeds is not None and "candidate" not in sides:
+        audit_parity()  # the model solution pays for the submission's write guard what the submission pays
     if settings.device == "cpu":
         steady_cpu_allocator()
     # Children forked from one server would lay their heaps out alike: shift each by a random amount, so that
