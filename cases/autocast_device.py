@@ -3,9 +3,9 @@
 Upstream: https://github.com/speechbrain/speechbrain/issues/2881 (speechbrain 1.0.3: `Brain.__init__`
     builds `TorchAutocast(device_type=self.device, dtype=...)`); the attempted fixes in
     https://github.com/speechbrain/speechbrain/pull/2882 (first `self.device[-1]`, then "cuda..." ->
-    "cuda", "cpu" -> "cpu", else raise; the second as quoted in shared/CASES.md, not read from the diff);
+    "cuda", "cpu" -> "cpu", else raise, as merged in commit e2c4ba47);
     1.1.0 shipped that mapping without the raise: https://github.com/speechbrain/speechbrain/issues/3054,
-    fixed by https://github.com/speechbrain/speechbrain/pull/3055 (1.1.1: `self.device.split(":")[0]`).
+    fixed by https://github.com/speechbrain/speechbrain/pull/3055 (1.1.1: 1.1.0's two branches kept and `else: self.device_type = self.device.split(":")[0]`, read from the 1.1.1 wheel's core.py).
 
 Fidelity: faithful in the lines that decide the bug: each variant is one release's (or attempt's)
     device-type line, then `TorchAutocast` as `Brain.__init__` builds it (`torch.autocast` for fp16 and

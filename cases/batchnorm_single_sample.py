@@ -72,7 +72,7 @@ Fix: drop the incomplete last minibatch of the training loader: `drop_last=True`
     cells. Not so a loop that catches the ValueError and goes on: BatchNorm's forward counts the batch before
     F.batch_norm checks it, so the first layer's num_batches_tracked ends one ahead
     (tests/test_batchnorm_single_sample.py).
-    Wrong ones, measured on the yaml's inputs against the reference (torch 2.13.0, CPU):
+    scvi-tools 1.2.2's own fix for #3035 (PR #3036: with train_size left unset, a last minibatch of 1-2 cells moves from the training set to the validation set) is rejected graded as a submission (tests/fixes/upstream/batchnorm_single_sample.py): DataSplitter cuts its seeded permutation again, so the cell that moves is the training set's first, never trained on in any epoch, not the epoch's last; another split and another training run: the parameters 0.76x the epoch's update from the reference's (0.80% of their norm), the latent representation 17.5% of its norm apart, the running statistics 0.03%. Wrong ones, measured on the yaml's inputs against the reference (torch 2.13.0, CPU):
     `model.eval()` for the one-cell minibatch (MCG-NKU/SCNet#8's advice for a batch of one): the step runs, the cell
     normalised by running statistics that one step (momentum 0.01) has barely moved from (0, 1), and Adam moves every
     parameter as far for it as for the 128 before: the parameters end 0.73x the epoch's own update away from the

@@ -53,8 +53,7 @@ Fix: where upstream's arguments make its mean exactly PyTorch's weighted mean (`
     class) by 1: with all weights 1 that is upstream's unweighted `label.numel()`, with nothing
     ignored it equals True. The reference spells the mean out in float64 (log-softmax, gather,
     weighted sums), so the check does not compare the fused call with itself. Thread workarounds: commenting out
-    the class-weight branch (#3574, #3724) divides the weighted sum by all pixels (the bad-fix phase measures how far that moves the
-    loss). Padding with -1 and `ignore_index=-1` (#3864) crashes on Cityscapes, whose own void label
+    the class-weight branch (#3574, #3724) divides the weighted sum by all pixels: on the yaml's inputs the loss is 0.970 for the reference's 1.362 (0.71x; 28.7% of the pixels are void or padding). Padding with -1 and `ignore_index=-1` (#3864) crashes on Cityscapes, whose own void label
     is 255; with every ignored pixel -1 it gives the right value for True only because
     `class_weight[-1]` wraps to the last class before the mask zeroes it (see the test file).
 

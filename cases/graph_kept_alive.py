@@ -57,9 +57,7 @@ Cause: `volatile=True` no longer turns autograd off, and the parameters require 
 
 Fix: dgrechka's (#19), a commenter's, not a maintainer's: run the validation batches under
     `torch.no_grad()`, as the warning for `volatile` says; no graph is recorded and the sum adds plain
-    numbers. Detaching the sum alone (`.item()`, `.detach()`) also stops the growth, but each batch still
-    records its graph while it runs: a peak per batch of about one graph (~42 MiB here, against ~4 MiB under
-    no_grad), which the peak budget rejects; in #12 #19's reporter says `.item()` did not help.
+    numbers. Detaching the sum alone (`.item()`, `.detach()`) keeps no graph past its batch, but each batch still records one while it runs: `.item()` graded peaks at 39.6-40.2 MiB a batch against the no_grad baseline's 4.0-4.2 MiB (9.7-10.0x, over the 1.5x budget), and its RSS still grew 0.73-0.81 MiB a batch in two grades (over the 0.05 growth budget; why is not established); in #12 #19's reporter says `.item()` did not help.
     Wrong ones: `losstensorMean += losstensor.data[0]` (#12) raises IndexError on every torch from 0.5; a
     smaller batch ("Have tried editing batch size"), written here as the batch validated in two halves, keeps
     the same activations per batch; emptying the caches between batches (`gc.collect()`,

@@ -47,7 +47,7 @@ Cause: `nn.DataParallel` (and DistributedDataParallel) holds the network as its 
     `_orig_mod.`. A plain model's `load_state_dict` matches keys exactly and, strict by default, refuses.
 
 Fix: upstream's, for checkpoints still to be written (PR #63): save the wrapped network itself,
-    `self.model.module.state_dict()` under `nn.DataParallel`, so that the keys carry no wrapper. For a checkpoint
+    `self.model.module.state_dict()` under `nn.DataParallel`, so that the keys carry no wrapper. Applied to a checkpoint already written, PR #63 is a re-save (the trainer resuming through its DataParallel model, the fixed `_save_checkpoint`, predict.py's load): right, and rejected by the speed verdict as the slow control below is, 1.242x [1.202, 1.283] of `fixed` against the 1.20x grade budget (the case's own `fixed` as a submission: 0.991x, 0.992x). For a checkpoint
     already written, which is what a user holds, `fixed` strips the prefix at load with torch's
     `consume_prefix_in_state_dict_if_present(state_dict, "module.")` (added by pytorch PR #53224, 2021), which
     renames only the keys that start with the prefix, and the `_metadata` entries (torch 2.13.0's source; older
