@@ -36,7 +36,8 @@ Cause: the audio head scores 4160 ids per layer but only the first 4096 are code
 Fix: select codes from the 4096 real codes only (the last layer also from eoa, which ends the
     stream before decoding). The seed article's clamp or replace-with-0 (generic attempts: the
     article the case was seeded from is not a public thread, and #97 holds no suggested fix) stops
-    the crash but decodes different audio than intended; the bad-fix phase measures how different.
+    the crash but decodes different audio than intended: on the yaml's inputs 1 of the 28 codes
+    differs, and 8,043 (clamp) and 8,058 (0) of the 8,192 audio samples, relative error 0.026 and 0.030.
 """
 
 from typing import NamedTuple
