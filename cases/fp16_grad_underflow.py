@@ -515,26 +515,12 @@ def underflow_check_left_on(x):
     """The fix, with the check one writes to see what each half of it saves still on: beside the step, the same
     micro-batches through two more UNets made as the step makes its own, one with float32 adapters and one with the
     float16 adapters of before the fix, both without the scaler (`unscaled_norms`), and each adapter's gradient
-    norm in the three read to log side by side (without the scaler, the self-attention's to_q and to_k adapters
+    norm in the two read to log beside the step (without the scaler, the self-attention's to_q and to_k adapters
     keep 16% and 11% of theirs, whatever their dtype). The step is the fix's, so it is correct; the check costs two
     more steps' forward and backward, and their UNets made and compiled as the step's: the step's own work twice
     again, whatever float16 costs on the CPU at hand and whatever the compiler redoes for a new model."""
-    unet = fresh_unet(x)
-    for param in unet.parameters():
-        if param.requires_grad:
-            param.data = param.to(torch.float32)
-    params = lora_parameters(unet)
-    optimizer = torch.optim.AdamW(params, **x.optimizer)
-    scaler = torch.amp.GradScaler(x.target.device.type)
     checked = {"float32, no scaler": unscaled_norms(x, upcast=True), "float16, no scaler": unscaled_norms(x, upcast=False)}
-    train_loss = accumulate(x, unet, scaler)
-    scaler.unscale_(optimizer)
-    checked["the fix"] = [param.grad.norm().item() for param in params]
-    del checked  # what the check logs (the logging left out)
-    torch.nn.utils.clip_grad_norm_(params, x.max_grad_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return what_the_step_leaves(unet, optimizer, train_loss)
-
+    del checked  # what the check logs beside the fix's step (the logging left out)
+    return fixed(x)
 
 slow_fixes = {"underflow_check_left_on": underflow_check_left_on}
