@@ -70,7 +70,7 @@ def margins(records: list[Record]) -> list[Margin]:
             if kind is None:
                 continue
             figures = record.figures.get(phase, {})
-            if status in EXEMPT_STATUSES or status not in ("flagged", "rejected"):
+            if status not in ("flagged", "rejected"):  # exempt, or missed: no margin to measure
                 found.append(Margin(record, phase, kind, None, record.messages[phase][:160]))
                 continue
             margin, how = {"slow": _slow, "memory": _memory, "bad_fix": _bad_fix}[kind](figures, record.messages[phase])
