@@ -4,6 +4,7 @@ import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -153,3 +154,23 @@ def test_a_confined_child_signals_its_own_processes_and_nothing_else():
     result = run_isolated(signal_own_then_outside, timeout_s=60, confined=Limits())
     assert result.status == "returned" and result.value == (0, ["usr1"], "refused"), (result.summary, result.value)
     assert len(result.refused_writes) == 1 and result.refused_writes[0].startswith("kill signal 0 to pid "), result.refused_writes  # the probe, logged for the integrity check
+
+
+def test_the_model_solutions_audit_hook_runs_the_guards_tests_and_refuses_nothing(tmp_path):
+    """A grade's model solution carries `audit_parity`: a hook through which every audited event passes, as the
+    submission's write guard, and which lets a write anywhere and a signal to any process through."""
+    script = (
+        "import os, signal, subprocess, sys\n"
+        "from harness.grading.confine import audit_parity\n"
+        "seen = []\n"
+        "audit_parity()\n"
+        "sys.addaudithook(lambda event, args: seen.append(event) if event == 'open' else None)\n"
+        f"open({str(tmp_path / 'written')!r}, 'w').write('x')\n"
+        "child = subprocess.Popen(['sleep', '30'])\n"
+        "os.kill(child.pid, signal.SIGKILL)\n"
+        "child.wait()\n"
+        "print(len(seen))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "written").read_text() == "x" and int(done.stdout) >= 1
