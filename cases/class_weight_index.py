@@ -58,9 +58,13 @@ Fix: where upstream's arguments make its mean exactly PyTorch's weighted mean (`
     `class_weight[-1]` wraps to the last class before the mask zeroes it (see the test file).
 
 Speed: one thread, the 512x512 crop, against fused `F.cross_entropy(pred, label, weight=w, ignore_index=255)`
-    inside mmseg's own wrapper (until 2026-11-27 the fused call alone: on CPU the wrapper is about 10 us against
-    17 ms, on CUDA it made the fix 1.11x, a cost no fix inside the wrapper can avoid), budget 1.05x, room for the
-    timing's noise. Figures below were measured against the fused call alone. Measured on torch 2.13.0 (a 2-core machine loaded by
+    inside mmseg's own wrapper, budget 1.05x, room for the timing's noise (the fix is that call in that wrapper,
+    one `if` apart: 0.994x in one run of tools/cuda_profile_fixes.py --device cpu, medians of 200 interleaved
+    calls). Until 2026-11-27 the baseline was the fused call alone: on
+    CPU the wrapper adds about 10 us to 17 ms, but on an H200 the fix came out 1.11x of it, and the wrapper, by
+    its source, makes a class-weight tensor from a list on every call (a host copy that waits for the GPU) and
+    multiplies by `loss_weight`, costs no fix handed to it can avoid (not yet measured apart on CUDA: issue 50).
+    Figures below were measured against the fused call alone. Measured on torch 2.13.0 (a 2-core machine loaded by
     other timings): the fix 0.90-1.05x eager, 0.95-1.03x compiled, within the budget or, under load, undecided at
     it ([1.009, 1.095] at worst), never over. Slow controls, correct, each flagged with its interval's low end
     at least 1.3x the budget: the ignored pixels dropped before the loss (`labelled_pixels_only`: a boolean
@@ -245,8 +249,10 @@ def weighted_mean_nll(pred, label, class_weight, ignore_index, avg_non_ignore):
 def speed_baseline(x):
     """PyTorch's fused weighted mean inside mmseg's own `CrossEntropyLoss.forward`: the least a fix handed to that
     wrapper can cost. The wrapper is upstream's, not the fix's: it makes its class-weight tensor from a list on
-    every call (on CUDA a host copy that waits for the GPU) and multiplies by `loss_weight` (on an H200 the two
-    made the fused call alone 1.11x as fast, results/cuda_evidence/2026-11-27)."""
+    every call (`cls_score.new_tensor(self.class_weight)`: on CUDA a copy from pageable host memory, which waits
+    for the GPU) and multiplies by `loss_weight`. On an H200 the fix, which is that fused call in the wrapper, took
+    1.11x the fused call alone (results/cuda_evidence/2026-11-25); tools/cuda_profile_fixes.py measures the two
+    baselines side by side."""
     loss = copy.copy(x.loss)
     loss.cls_criterion = fused_weighted_mean
     return loss(x.pred, x.label, ignore_index=x.ignore_index)

@@ -139,3 +139,22 @@ def test_the_cpu_allocator_is_pinned_for_timing_in_a_child():
 
     result = run_isolated(steady_cpu_allocator, timeout_s=60)  # in a child: the test process keeps its allocator
     assert result.status == "returned" and result.value is True  # glibc here; False elsewhere, and timing goes on
+
+
+def test_the_cuda_profile_of_the_fixes_runs_end_to_end_on_cpu(tmp_path):
+    """tools/cuda_profile_fixes.py is run on a lent GPU with minutes to spare: its smoke test runs here, on CPU."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "profile.json"
+    done = subprocess.run(
+        [sys.executable, "tools/cuda_profile_fixes.py", "--device", "cpu", "--rounds", "3", "--out", str(out), "embedding_oob", "autocast_device"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert [case["case"] for case in report["cases"]] == ["embedding_oob", "autocast_device"]
+    for case in report["cases"]:
+        assert "error" not in case, case
+        assert all(ratio > 0 for ratio in case["ratios"].values())

@@ -1,6 +1,6 @@
 """Profile the fixes that missed their CUDA speed budgets (issue 50, item 1), before and after, in one run.
 
-    python tools/cuda_profile_fixes.py [--out profile.json] [case ...]
+    python tools/cuda_profile_fixes.py [--out profile.json] [--rounds N] [case ...]
 
 For each case, on the CUDA speed inputs of its yaml (`speed.inputs`, then `speed.device_inputs.cuda`), each
 variant is timed per call as the harness's speed phase times it (a synchronised call, the variants interleaved,
@@ -58,14 +58,14 @@ def per_call_ms(variants: dict[str, Callable], x: Any, rounds: int = 200, warmup
                 times[name].append((time.perf_counter() - start) * 1e3)
     out = {}
     for name, samples in times.items():
-        q = statistics.quantiles(samples, n=4)
+        q = statistics.quantiles(samples, n=4) if len(samples) > 1 else samples * 3
         out[name] = {"median_ms": statistics.median(samples), "q1_ms": q[0], "q3_ms": q[2]}
     return out
 
 
 def back_to_back_ms(function: Callable, x: Any, calls: int = 200) -> float:
     """Calls queued without a sync between them: what launch pipelining leaves (a training loop's view)."""
-    for _ in range(10):
+    for _ in range(min(10, calls)):
         function(x)
     sync()
     start = time.perf_counter()
@@ -98,12 +98,12 @@ def profile_once(function: Callable, x: Any) -> dict[str, Any]:
     return {"gpu_ops": sum(kernels.values()), "gpu_us": round(gpu_us, 1), "ops": kernels, "runtime_calls": runtime}
 
 
-def measure(name: str, variants: dict[str, Callable], ratios: dict[str, tuple[str, str]]) -> dict[str, Any]:
+def measure(name: str, variants: dict[str, Callable], ratios: dict[str, tuple[str, str]], rounds: int = 200) -> dict[str, Any]:
     x, _ = speed_inputs(name)
-    timed = per_call_ms(variants, x)
+    timed = per_call_ms(variants, x, rounds=rounds, warmup=max(1, rounds // 10))
     result: dict[str, Any] = {"case": name, "variants": {}}
     for variant, function in variants.items():
-        result["variants"][variant] = {**timed[variant], "back_to_back_ms": back_to_back_ms(function, x), **profile_once(function, x)}
+        result["variants"][variant] = {**timed[variant], "back_to_back_ms": back_to_back_ms(function, x, calls=rounds), **profile_once(function, x)}
     result["ratios"] = {label: timed[a]["median_ms"] / timed[b]["median_ms"] for label, (a, b) in ratios.items()}
     return result
 
@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cases", nargs="*", default=list(PROFILES), metavar="case")
     parser.add_argument("--out", type=Path, default=Path("cuda_profile.json"))
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a smoke test of this script")
+    parser.add_argument("--rounds", type=int, default=200, help="timed calls of each variant, interleaved")
     args = parser.parse_args(argv)
     global DEVICE
     DEVICE = args.device
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.cases:
         try:
             variants, ratios = PROFILES[name]()
-            result = measure(name, variants, ratios)
+            result = measure(name, variants, ratios, rounds=args.rounds)
         except Exception as error:  # noqa: BLE001 - one case's failure must not lose the others' figures
             result = {"case": name, "error": f"{type(error).__name__}: {error}"}
         report["cases"].append(result)
