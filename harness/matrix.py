@@ -28,7 +28,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from harness import margins as control_margins
-from harness.recordset import Record, load_records
+from harness.recordset import Record, RecordFormatError, load_records
 from harness.triage import normalise
 
 EXPECTATIONS = Path(__file__).resolve().parent.parent / "expectations.yaml"
@@ -351,7 +351,11 @@ def main(argv: list[str] | None = None) -> int:
         if not folder.is_dir():
             print(f"error: {folder} is not a folder of records", file=sys.stderr)
             return 2
-        loaded.append(load_records(folder))
+        try:
+            loaded.append(load_records(folder))
+        except RecordFormatError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         if not loaded[-1]:
             print(f"error: no harness records under {folder}", file=sys.stderr)
             return 2

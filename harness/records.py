@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.cases import ROOT
 from harness.grading.submitted import Submission
+from harness.recordset import RECORD_FORMAT, check_format
 
 UPSTREAM_PACKAGES = ("torch", "snac", "speechbrain", "torchaudio", "mmsegmentation", "mmengine", "mmcv", "mmcv-lite", "hydra-core", "numpy")
 
@@ -44,6 +45,7 @@ class CaseRecord:
     graded_fix: Submission | None = None  # set when a submitted fix was graded (fix=<file.py>:<function>)
     verdict: str | None = None  # the grade's last line: "accepted: ..." or "rejected by <check>: ..."
     compile: str = "off"  # torch.compile's backend every phase ran under, or off (eager): harness/compiled.py
+    format_version: int = RECORD_FORMAT  # the JSON layout, checked when read (harness/recordset.py)
 
     @property
     def ok(self) -> bool:
@@ -66,8 +68,9 @@ def write_record(record: CaseRecord, path: Path) -> None:
 
 
 def load_record(path: Path) -> CaseRecord:
-    """A record back from its JSON file (fields a newer harness added are ignored)."""
+    """A record back from its JSON file (fields a newer harness added are ignored; a newer format is refused)."""
     data = json.loads(Path(path).read_text())
+    check_format(data, Path(path))
     phase_fields = {f.name for f in dataclasses.fields(PhaseRecord)}
     record_fields = {f.name for f in dataclasses.fields(CaseRecord)} - {"phases"}
     phases = [PhaseRecord(**{k: v for k, v in phase.items() if k in phase_fields}) for phase in data.get("phases", [])]

@@ -354,3 +354,24 @@ def test_a_fix_over_its_memory_budget_shows_in_the_table(tmp_path):
         (tmp_path / version / "graph_kept_alive.cpu.inductor.json").write_text(json.dumps(record))
     row = next(line for line in table(load_records(tmp_path)).splitlines() if line.startswith("| `graph_kept_alive`"))
     assert row == "| `graph_kept_alive` | inductor | reproduced, **memory over budget** | reproduced |"
+
+
+def test_a_record_in_a_newer_format_is_refused_by_name_and_one_without_a_format_is_read(matrix, capsys):
+    from harness.recordset import RECORD_FORMAT
+
+    assert len(load_records(matrix)) == 3  # written without format_version, as every record before it existed
+    path = write_record(matrix, "2.15.0+cpu")
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"format_version": RECORD_FORMAT + 1}))
+    assert main(["check", str(matrix)]) == 2
+    said = capsys.readouterr().err
+    assert str(path) in said and f"record format {RECORD_FORMAT + 1}" in said
+
+
+def test_a_written_record_carries_its_format_and_is_read_back(tmp_path):
+    from harness.records import CaseRecord, load_record, write_record as write_case_record
+    from harness.recordset import RECORD_FORMAT
+
+    path = tmp_path / "r.json"
+    write_case_record(CaseRecord(case="embedding_oob", title="t", device="cpu", started_at="now", environment={"torch": "2.13.0"}, config={}), path)
+    assert json.loads(path.read_text())["format_version"] == RECORD_FORMAT
+    assert load_record(path).format_version == RECORD_FORMAT
