@@ -66,10 +66,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import CodeType, FunctionType, ModuleType
+from typing import TYPE_CHECKING
 
 import yaml
 
-from harness.isolate import Failure
+if TYPE_CHECKING:  # an annotation only: the case contract does not depend on the process layer
+    from harness.isolate import Failure
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = ROOT / "cases"
