@@ -120,7 +120,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset
 
 from harness import compiled as compile_axis
 from harness.cases import Symptom
-from harness.compare import training_outputs
+from harness.measure.compare import training_outputs
 from harness.triage import Sign, TriageSigns
 
 symptoms = {

@@ -117,7 +117,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from harness.cases import WrongResult
-from harness.compare import training_outputs
+from harness.measure.compare import training_outputs
 from harness.triage import Sign, TriageSigns
 
 NO_GRAD_WARNING = r"UserWarning: None of the inputs have requires_grad=True\. Gradients will be None"

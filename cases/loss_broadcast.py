@@ -87,7 +87,7 @@ import torch
 from torch import nn
 
 from harness.cases import WrongResult
-from harness.compare import training_outputs
+from harness.measure.compare import training_outputs
 from harness.triage import Sign, TriageSigns
 
 WARNING = r"Using a target size .* that is different to the input size"

@@ -89,7 +89,7 @@ from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
 from harness import compiled as compile_axis
 from harness.cases import Symptom
-from harness.compare import training_outputs
+from harness.measure.compare import training_outputs
 from harness.triage import Sign, TriageSigns
 
 MESSAGE = (

@@ -36,7 +36,7 @@ name. The module provides plain names, no base class:
                      recognises this failure's family in a pasted log; placed right after `symptoms`,
                      literal data only (triage reads it from the source, without importing the case)
 
-The memory phase calls a function `memory.steps` times on one inputs object (harness/memory.py): a case whose
+The memory phase calls a function `memory.steps` times on one inputs object (harness/measure/footprint.py): a case whose
 failure grows with steps writes `buggy`, `fixed`, its controls and baselines as one training step on `inputs`
 (model, optimizer, carried state in `inputs`) that may be called again and again. Its symptom on a device
 where nothing raises is `Growth(at_least=...)`: memory retained per step, measured. A failure that raises nothing
@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 if TYPE_CHECKING:  # an annotation only: the case contract does not depend on the process layer
-    from harness.isolate import Failure
+    from harness.process.isolate import Failure
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = ROOT / "cases"
@@ -161,7 +161,7 @@ class Symptom(_Ranged):
 class Growth(_Ranged):
     """A failure that is memory growing step after step until the device runs out (no error where it is measured).
 
-    The reproduce phase runs `buggy` for `memory.steps` steps on one inputs object (harness/memory.py) and
+    The reproduce phase runs `buggy` for `memory.steps` steps on one inputs object (harness/measure/footprint.py) and
     expects the lower bound of its retained memory's slope to be at least `at_least` x the baseline's peak
     per step. `oom` is the text a real run ends with on that device (e.g. "CUDA out of memory"), for the
     record and triage: the growth is measured, an OOM is never waited for. `fixed_in` as for `Symptom`.
@@ -177,7 +177,7 @@ class Growth(_Ranged):
 @dataclass(frozen=True)
 class WrongResult(_Ranged):
     """A failure that raises nothing: `buggy` returns, and its output (values, gradients, parameters after a step, a
-    loaded state dict: harness/compare.py's `training_outputs`) differs from `reference` beyond the case's tolerance.
+    loaded state dict: harness/measure/compare.py's `training_outputs`) differs from `reference` beyond the case's tolerance.
 
     `warning`, when set, is a regex searched in the warnings the buggy call issued ("Category: message", as
     `warnings` formats them): the one sign a user sees (`Using a target size ... that is different to the input

@@ -13,7 +13,7 @@ from `cfg.compile`.
 Kernels are kept in a cache the harness owns, one folder per torch version (`cache_dir`), so a second run
 reuses them; every phase but reproduce generates CPU kernels for the speed phase's thread count, so that one
 phase's kernels are the next one's cache hits. A child that runs a submitted fix is confined
-(harness/grading/confine.py), and compiles into a folder of its grade's own instead (its precompiled header
+(harness/process/confine.py), and compiles into a folder of its grade's own instead (its precompiled header
 too), shared by that grade's confined children (and the ranks they start) and deleted after it: a submission
 can neither read what another submission left nor leave anything for the next, and it cannot write the
 harness's cache, which the model solution's children read in a grade too (a poisoned kernel of the baseline
@@ -180,7 +180,7 @@ def compiled(function: Callable, cfg: Any, *, fullgraph: bool = False, dynamic: 
 def under(mode: str, function: Callable, *, fullgraph: bool = False, dynamic: bool | None = None, kernel_threads: int | None = None) -> Callable:
     """`function` (or an nn.Module) compiled with backend `mode` (torch.compile's `fullgraph` and `dynamic` as given);
     itself when `mode` is off. A confined child (a grade's) has its kernel folder set by confinement
-    (harness/grading/confine.py), which `prepare` follows."""
+    (harness/process/confine.py), which `prepare` follows."""
     if mode == "off":
         return function
     import torch

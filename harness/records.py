@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import ROOT
-from harness.grading.submitted import Submission
+from harness.process.submitted import Submission
 from harness.recordset import RECORD_FORMAT, check_format
 
 UPSTREAM_PACKAGES = ("torch", "snac", "speechbrain", "torchaudio", "mmsegmentation", "mmengine", "mmcv", "mmcv-lite", "hydra-core", "numpy")

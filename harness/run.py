@@ -18,10 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import compiled as compile_axis
 from harness.grading import grade
-from harness.grading.confine import Limits
+from harness.process.confine import Limits
 from harness.cases import case_names, case_text, contract_problems, fork_server_modules, load_case
-from harness.isolate import preload, run_isolated
-from harness.memory import MemorySettings
+from harness.process.isolate import preload, run_isolated
+from harness.measure.footprint import MemorySettings
 from harness.phases import PHASES, Settings, SpeedSettings, run_phase
 from harness.records import CaseRecord, PhaseRecord, host_environment, now, probe_device, write_record
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from harness.isolate import run_isolated
+from harness.process.isolate import run_isolated
 
 ISOLATION_GOAL = 20  # an isolated phase must cost at least 20x less than a fresh interpreter importing torch
 

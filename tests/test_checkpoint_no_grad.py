@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from cases import checkpoint_no_grad as case
 from harness.cases import CASE_CONFIG_DIR
-from harness.compare import compare
+from harness.measure.compare import compare
 
 # What `checkpoint(...)` without use_reentrant warns, per release (the case's docstring says which rows were run: 2.13.0
 # here; the others from pytorch PRs #100551, #116710, #160643, the 2.3.0 release notes, issue #160534 and users' logs).

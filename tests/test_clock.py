@@ -1,12 +1,12 @@
-"""What the parent sees beside the samples (harness/phases/clock.py), judged on made-up timings."""
+"""What the parent sees beside the samples (harness/measure/clock.py), judged on made-up timings."""
 
 import importlib
 import tempfile
 
 import pytest
 
-from harness.phases.clock import BlockTiming, TimedProcess, anomaly, clock_figures, drive
-from harness.timing import PairedSamples
+from harness.measure.clock import BlockTiming, TimedProcess, anomaly, clock_figures, drive
+from harness.measure.timing import PairedSamples
 
 
 def process(candidate=(0.1,) * 6, baseline=(0.1,) * 6, child_share=0.99, cpu_share=0.99, outside=0.0):
@@ -124,7 +124,7 @@ def test_the_settings_an_import_changes_are_named():
 
     import torch
 
-    from harness.grading.submitted import changes, namespace_ids, process_settings
+    from harness.process.submitted import changes, namespace_ids, process_settings
 
     before, ids = process_settings(), namespace_ids(sys.modules[__name__])
     previous = torch.backends.mkldnn.enabled
@@ -202,7 +202,7 @@ def test_a_slow_control_just_over_its_budget_is_measured_on_until_it_clears_its_
     """A control's timing does not stop at the first interval over the budget: it goes on while the low end is below
     the margin (harness/margins.py's SLOW x the budget), and is still flagged, thin, when the processes run out."""
     from harness.run import run_case
-    from harness.timing import RatioEstimate
+    from harness.measure.timing import RatioEstimate
     from tests.conftest import compose_config
 
     speed = importlib.import_module("harness.phases.speed")

@@ -4,7 +4,7 @@ import pytest
 
 import torch
 
-from harness.compare import compare, describe, training_outputs
+from harness.measure.compare import compare, describe, training_outputs
 
 
 def test_integers_must_be_equal_floats_within_tolerance():

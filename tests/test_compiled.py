@@ -58,7 +58,7 @@ def test_compiled_runs_use_the_yaml_compile_tolerance_and_eager_ones_do_not():
 
 def test_a_compiled_grade_uses_the_yaml_compile_grade_budget():
     from harness.grading.grade import graded_config
-    from harness.grading.submitted import Submission
+    from harness.process.submitted import Submission
 
     case_cfg = compose_config("case=target_out_of_bounds").case
     submitted = Submission("/tmp/fix.py", "fix", "0" * 64)
@@ -78,7 +78,7 @@ def test_compiled_children_generate_kernels_for_the_speed_phase_s_threads():
 def test_a_kernel_compiled_at_one_torch_thread_count_serves_another_once_kernel_threads_are_set(tmp_path):
     # A phase's child runs torch at the machine's threads, a timing child at speed.cpu_threads: with the count
     # left to torch, the timing child missed every kernel the fix phase had compiled (a grade's SNAC decoder: twice cold).
-    from harness.isolate import run_isolated
+    from harness.process.isolate import run_isolated
     from tests.compiled_children import compiled_at
 
     def counts(threads: int, folder: str, kernel_threads: int | None) -> dict:
@@ -169,7 +169,7 @@ def test_a_command_line_that_compiles_is_told_from_one_that_does_not(arguments, 
 FORK_SERVER_OF_A_COMPILED_RUN = """
 import sys
 from harness.cases import fork_server_modules
-from harness.isolate import run_isolated, start_fork_server
+from harness.process.isolate import run_isolated, start_fork_server
 
 def state():
     import torch._dynamo.utils
@@ -233,7 +233,7 @@ def test_the_ranks_a_graded_child_starts_compile_in_its_private_folder(tmp_path)
     # Their precompiled header too, where this torch makes one: torch's own folder for it is shared by every process.
     import torch._inductor.config as inductor_config
 
-    from harness.isolate import run_isolated
+    from harness.process.isolate import run_isolated
     from tests.compiled_children import prepared_in_a_rank_of_a_graded_child
 
     result = run_isolated(prepared_in_a_rank_of_a_graded_child, str(tmp_path), timeout_s=120)

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from harness.grading.confine import Limits
-from harness.isolate import run_isolated
+from harness.process.confine import Limits
+from harness.process.isolate import run_isolated
 
 
 def write_to(path):
@@ -161,7 +161,7 @@ def test_the_model_solutions_audit_hook_runs_the_guards_tests_and_refuses_nothin
     submission's write guard, and which lets a write anywhere and a signal to any process through."""
     script = (
         "import os, signal, subprocess, sys\n"
-        "from harness.grading.confine import audit_parity\n"
+        "from harness.process.confine import audit_parity\n"
         "seen = []\n"
         "audit_parity()\n"
         "sys.addaudithook(lambda event, args: seen.append(event) if event == 'open' else None)\n"

@@ -21,7 +21,7 @@ from harness.grading import grade
 from harness.cases import ROOT, Symptom, case_names, load_case, symptom_on
 from harness.records import load_record
 from harness.run import ConfigError, run_case, validate
-from harness.grading.submitted import file_sha256
+from harness.process.submitted import file_sha256
 from tests.conftest import cases_failing_in_value, compose_config
 
 FIXES = ROOT / "tests" / "fixes"
@@ -197,7 +197,7 @@ def test_what_the_buggy_code_s_classes_call_is_not_the_model_solution():
     """A fix may reuse what the buggy code reaches through the classes it uses (a Dataset's __getitem__ and its helpers),
     and only what the solution alone reaches is behind the tripwires."""
     from harness.cases import reachable
-    from harness.grading.submitted import solution_functions
+    from harness.process.submitted import solution_functions
 
     module = load_case("dataloader_worker_killed")
     names = lambda functions: {function.__name__ for function in functions}  # noqa: E731
@@ -436,7 +436,7 @@ def test_grading_keeps_only_the_speed_comparisons_that_apply_to_a_submitted_fix(
     # ddp_unused_parameters times one in-process step against another baseline; a graded fix is a whole launch
     from omegaconf import OmegaConf
 
-    from harness.grading.submitted import Submission
+    from harness.process.submitted import Submission
 
     case_cfg = OmegaConf.create({"speed": {"budget": {"cpu": 1.25}, "grade_budget": {"cpu": 1.5}, "also": {
         "same_calls": {"baseline": "upstream", "budget": {"cpu": 1.0}},

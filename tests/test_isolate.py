@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from harness.isolate import run_isolated
+from harness.process.isolate import run_isolated
 
 
 def _alive(pid: int) -> bool:

@@ -1,5 +1,5 @@
 """The memory source's exactness on known allocation patterns, the slope's interval, the verdict, and the memory
-phase on a case (harness/memory.py, harness/phases/). Everything runs on CPU; the CUDA source is tested in
+phase on a case (harness/measure/footprint.py, harness/phases/). Everything runs on CPU; the CUDA source is tested in
 tests/test_cuda.py's way: skipped without a device."""
 
 import functools
@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from harness import memory
+from harness.measure import footprint as memory
 from harness.cases import Growth
-from harness.isolate import run_isolated
+from harness.process.isolate import run_isolated
 from harness.run import run_case
 from tests.conftest import compose_config, requires_cuda
 

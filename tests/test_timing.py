@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 from harness.phases import speed_config
-from harness.timing import MAX_RETAKES, MIN_SAMPLE_S, PairedSamples, estimate_ratio, judge, paired_samples, student_t_quantile
+from harness.measure.timing import MAX_RETAKES, MIN_SAMPLE_S, PairedSamples, estimate_ratio, judge, paired_samples, student_t_quantile
 
 
 def test_paired_samples_alternate_and_keep_sampling_until_the_time_is_spent():
@@ -134,8 +134,8 @@ def test_the_verdict_is_decisive_only_when_the_interval_is_on_one_side_of_the_bu
 
 
 def test_the_cpu_allocator_is_pinned_for_timing_in_a_child():
-    from harness.isolate import run_isolated
-    from harness.timing import steady_cpu_allocator
+    from harness.process.isolate import run_isolated
+    from harness.measure.timing import steady_cpu_allocator
 
     result = run_isolated(steady_cpu_allocator, timeout_s=60)  # in a child: the test process keeps its allocator
     assert result.status == "returned" and result.value is True  # glibc here; False elsewhere, and timing goes on

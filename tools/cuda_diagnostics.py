@@ -52,7 +52,7 @@ def target_oob_line():
 def tf32():
     import torch
 
-    from harness.compare import compare
+    from harness.measure.compare import compare
 
     case, cfg, x = case_and_inputs("backward_twice")
     want = case.reference(case.make_inputs(cfg, DEVICE))
@@ -91,7 +91,7 @@ def codebook_compiled():
     import torch
     import torch._inductor.config as inductor_config
 
-    from harness.compare import compare
+    from harness.measure.compare import compare
 
     inductor_config.fallback_random = True
     case, cfg, x = case_and_inputs("codebook_oob")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from harness.cases import ROOT
-from harness.grading.confine import start_ticks
+from harness.process.confine import start_ticks
 
 INTERRUPTIONS = 2  # runs killed while grading one file, after which it is not graded again (it may be what kills them)
 CPUS_PER_GRADE = 2  # a grade's timing child runs single-threaded beside the parent that reads its clock and CPU time

@@ -19,7 +19,7 @@ does not:
                            alone (`secrets`; recorded afterwards), in fresh processes: a remembered or
                            hard-coded result fails there.
     speed                  the submitted fix timed against the case's `fixed` (the model solution) on the
-                           parent's clock (harness/phases/clock.py), judged against `speed.grade_budget` where a case
+                           parent's clock (harness/measure/clock.py), judged against `speed.grade_budget` where a case
                            sets one, else `speed.budget`; then, first failure first:
                                timed_output_wrong         a timed output picked after its call differs from the
                                                           reference for its inputs (judged in a clean child)
@@ -28,7 +28,7 @@ does not:
                                faster_on_repeated_inputs  a cache answers the timed inputs after their first call
                                implausibly_fast           below IMPLAUSIBLY_FAST times the model solution
     memory                 where the case sets a memory budget (`memory.grade_budget`, else `memory.budget`; else not run):
-                           the submitted fix's memory over the steps (harness/memory.py), in a confined child,
+                           the submitted fix's memory over the steps (harness/measure/footprint.py), in a confined child,
                            against the case's `fixed` in a child that never imports it, over a number of
                            steps the submission cannot know;
                            its resident memory read from outside its process. An interval that still
@@ -37,7 +37,7 @@ does not:
                            restored: tampered), no write outside the sandbox attempted (wrote_outside_sandbox),
                            no process of the submission left running (left_processes, killed).
 
-Every child that imports the submitted file confines itself first (harness/grading/confine.py: Landlock, a
+Every child that imports the submitted file confines itself first (harness/process/confine.py: Landlock, a
 write guard, rlimits); the harness's own process never imports it.
 A crash or a hang is the verdict `crashed` or `timeout`. The verdict comes from the records, never
 from what the submitted code printed. What the graded process reports about its inputs could be
@@ -66,15 +66,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import REQUIRED_SECTIONS, ROOT, Slow, load_case, symptom_on
-from harness.compare import compare, flatten_tensors, named_tensors, snapshot, tolerance_of
-from harness.grading.confine import Limits
-from harness.isolate import ChildResult, run_isolated
+from harness.measure.compare import compare, flatten_tensors, named_tensors, snapshot, tolerance_of
+from harness.process.confine import Limits
+from harness.process.isolate import ChildResult, run_isolated
 from harness.phases import Settings, fix_under_test, memory_budget, speed_config
 from harness.phases.common import abnormal, call, compiled_for, difference, record_of, tolerance_text
 from harness.phases import run_phase as run_case_phase
 from harness.records import CaseRecord, PhaseRecord
 from harness.cases import global_names, reachable
-from harness.grading.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
+from harness.process.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
 
 IMPLAUSIBLY_FAST = 0.25  # submitted / model solution: below this the fix is flagged, not praised
 GRADED_PHASES = ("fix", "correct", "correct:second_inputs", "speed", "integrity")
@@ -345,7 +345,7 @@ def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    """The timed calls' outputs the parent kept (harness/phases/clock.py), against the reference for the same
+    """The timed calls' outputs the parent kept (harness/measure/clock.py), against the reference for the same
     inputs, computed in a clean child; a wrong one rejects the fix, whatever its speed."""
     kept = record.figures.pop("checked_outputs", None)
     check_dir = record.figures.pop("checked_dir", None)

@@ -12,7 +12,7 @@
     speed      time `speed_candidate` (default `fixed`) against `speed_baseline`, on inputs made
                from the case config with `speed.inputs`, then `speed.device_inputs.<device>`, merged
                over it (`speed_config`), in several child processes; the
-               ratio's confidence interval against the budget (harness.timing)
+               ratio's confidence interval against the budget (harness.measure.timing)
                within_budget | over_budget | inconclusive (ok, shown apart) | measured (no budget for this device)
                | raised | crashed | timeout | error; grading: undecided in place of inconclusive (a rejection)
     speed:NAME the same, against each other baseline the yaml names under `speed.also`
@@ -23,7 +23,7 @@
                rejected (it raised, crashed, or differs from the reference) | accepted | timeout | error
     memory     the fix's memory per step (`steps` calls on one inputs object) against `memory_baseline`
                (default `speed_baseline`; grading: the case's `fixed`), each in its own child, judged against the yaml's `memory.budget`
-               (harness/memory.py); reproduce judges a `Growth` symptom the same way, on `buggy`
+               (harness/measure/footprint.py); reproduce judges a `Growth` symptom the same way, on `buggy`
                within_budget | over_budget | inconclusive (ok, shown apart) | measured (no budget) | not_applicable
                | raised | crashed | timeout | error
     memory_fixes one record per memory control, phase "memory_fix:<name>"; the memory verdict must flag it

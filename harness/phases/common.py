@@ -12,12 +12,12 @@ from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
 from harness.cases import symptom_on
-from harness import memory as memory_source
-from harness.grading.confine import Limits
-from harness.grading.submitted import load_submitted, submission_of
-from harness.isolate import ChildResult, Failure
+from harness.measure import footprint as memory_source
+from harness.process.confine import Limits
+from harness.process.submitted import load_submitted, submission_of
+from harness.process.isolate import ChildResult, Failure
 from harness.records import PhaseRecord
-from harness.timing import MAX_RETAKES, synchronize
+from harness.measure.timing import MAX_RETAKES, synchronize
 
 PHASES = ("reproduce", "fix", "correct", "speed", "slow_fixes", "bad_fixes", "memory", "memory_fixes")
 FIXED = "fixed"
@@ -48,7 +48,7 @@ class Settings:
     timeout_s: float
     speed: SpeedSettings = SpeedSettings()
     cpu_threads: int = 1
-    limits: Limits = Limits()  # for children that run a submitted fix (harness/grading/confine.py)
+    limits: Limits = Limits()  # for children that run a submitted fix (harness/process/confine.py)
     memory: memory_source.MemorySettings = memory_source.MemorySettings()
 
 
@@ -87,7 +87,7 @@ def case_function(case: ModuleType, name: str, cfg: DictConfig) -> Callable[[Any
 def compiled_for(function: Callable, case: ModuleType, cfg: DictConfig) -> Callable:
     """`function` under the config's compile mode (harness/compiled.py); itself where the case compiles its unit itself.
     A child that runs a submitted fix is confined, and confinement points its kernel cache, and its ranks', at the
-    grade's own folder (harness/grading/confine.py); every other child, in a grade too, uses the harness's cache."""
+    grade's own folder (harness/process/confine.py); every other child, in a grade too, uses the harness's cache."""
     if getattr(case, "compiles_itself", False):
         return function
     return compile_axis.compiled(function, cfg)

@@ -9,7 +9,7 @@ from types import ModuleType
 from omegaconf import DictConfig
 
 from harness import margins
-from harness.isolate import run_isolated
+from harness.process.isolate import run_isolated
 from harness.phases.common import MEMORY_FIX, SLOW_FIX, Settings, abnormal, difference, failure_holds, record_of, tolerance_text
 from harness.phases.correct import compare_in_child
 from harness.phases.memory import memory_budget, memory_judged

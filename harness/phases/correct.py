@@ -12,11 +12,11 @@ from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
 from harness.cases import load_case
-from harness.compare import compare, tolerance_of, describe
-from harness.isolate import Failure, run_isolated
+from harness.measure.compare import compare, tolerance_of, describe
+from harness.process.isolate import Failure, run_isolated
 from harness.phases.common import FIXED, SLOW_FIX, SPEED_CANDIDATE, Settings, abnormal, call, case_function, compiled_for, confinement, difference, fix_under_test, record_of, tolerance_text
 from harness.records import PhaseRecord
-from harness.timing import synchronize
+from harness.measure.timing import synchronize
 
 
 def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:

@@ -1,5 +1,5 @@
 """memory: retained and peak memory per step of the fix against its baseline, each over the steps in a child of its
-own (harness/memory.py); reproduce judges a `Growth` symptom the same way, on `buggy`."""
+own (harness/measure/footprint.py); reproduce judges a `Growth` symptom the same way, on `buggy`."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness import memory as memory_source
+from harness.measure import footprint as memory_source
 from harness.cases import load_case, symptom_on
-from harness.grading.submitted import SUBMITTED_KEY, submission_of
-from harness.isolate import ChildResult, Failure, run_isolated
+from harness.process.submitted import SUBMITTED_KEY, submission_of
+from harness.process.isolate import ChildResult, Failure, run_isolated
 from harness.phases.common import FIXED, MEMORY_BASELINE, MEMORY_FIX, Settings, abnormal, case_function, compiled_for, confinement, containment, record_of
 from harness.phases.speed import speed_config
 from harness.records import PhaseRecord
@@ -118,7 +118,7 @@ def _drive_memory(connection, pid: int, deadline: float, *, device: str) -> dict
 
 
 def _memory_in_child(candidate: str, cfg: DictConfig, device: str, steps: int, warmup: int, *, connection) -> Failure | None:
-    """Serve the parent's memory steps (harness/memory.py) for `candidate`: FIXED (the fix under test), "buggy",
+    """Serve the parent's memory steps (harness/measure/footprint.py) for `candidate`: FIXED (the fix under test), "buggy",
     MEMORY_BASELINE (default `speed_baseline`) or a memory control; None when every step ran."""
     if device == "cpu":
         memory_source.pin_cpu_allocator()

@@ -15,8 +15,8 @@ from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
 from harness.cases import Growth, Slow, Warns, WrongResult, load_case, symptom_on
-from harness.compare import compare, tolerance_of
-from harness.isolate import ChildResult, Failure, run_isolated
+from harness.measure.compare import compare, tolerance_of
+from harness.process.isolate import ChildResult, Failure, run_isolated
 from harness.phases.common import BUGGY, Settings, abnormal, call, compiled_for, difference, record_of, tolerance_text
 from harness.phases.memory import reproduce_growth
 from harness.phases.speed import time_against

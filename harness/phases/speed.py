@@ -1,5 +1,5 @@
-"""speed: the fix under test against a baseline, timed by the parent (harness/phases/clock.py) in several child
-processes, the ratio's interval against the budget (harness/timing.py)."""
+"""speed: the fix under test against a baseline, timed by the parent (harness/measure/clock.py) in several child
+processes, the ratio's interval against the budget (harness/measure/timing.py)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import compiled as compile_axis
 from harness.cases import load_case
-from harness.grading.confine import audit_parity
-from harness.grading.submitted import SUBMITTED_KEY, changes, process_settings, submission_of
-from harness.isolate import ChildResult, Failure, run_isolated
-from harness.phases.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive, serve, stop
+from harness.process.confine import audit_parity
+from harness.process.submitted import SUBMITTED_KEY, changes, process_settings, submission_of
+from harness.process.isolate import ChildResult, Failure, run_isolated
+from harness.measure.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive, serve, stop
 from harness.phases.common import FIXED, GRADED_PAIRS, SPEED_CANDIDATE, Settings, abnormal, case_function, compiled_for, containment, record_of
 from harness.records import PhaseRecord
-from harness.timing import estimate_ratio, judge, steady_cpu_allocator, synchronize
+from harness.measure.timing import estimate_ratio, judge, steady_cpu_allocator, synchronize
 
 
 def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
@@ -76,12 +76,12 @@ def _time_against(
     """Time `candidate` against `baseline` (case functions by name), one timing process after another.
 
     Each timing process serves `pairs` interleaved pairs on inputs of its own, timed by this process
-    (harness/phases/clock.py); after each (from `min_processes` on) the ratio's interval is compared with the
+    (harness/measure/clock.py); after each (from `min_processes` on) the ratio's interval is compared with the
     budget: decisive, it stops; straddling it, another process runs, until `max_s` or `max_processes`,
     then the verdict is inconclusive. With no budget on this device, `min_processes` are measured and reported.
 
     Timing a submitted fix (grading), a timing process is three children of the fork server, their blocks
-    taken in turn: the submission's (confined, harness/grading/confine.py), the model solution's (`fixed`), and a
+    taken in turn: the submission's (confined, harness/process/confine.py), the model solution's (`fixed`), and a
     pristine copy of the model solution's; the last two never import the submitted file, so nothing it does
     to its own process reaches what it is compared with, and the baseline's time against its pristine copy's
     shows a leak. Each warms up on inputs from one private seed and is timed on inputs from another, made
@@ -257,7 +257,7 @@ def _apart_timing_process(talk: Callable, candidate: str, baseline: str, inputs:
     return results
 
 
-# What a timing child timed, kept until it exits (os._exit, harness/isolate.py) where the case's yaml says
+# What a timing child timed, kept until it exits (os._exit, harness/process/isolate.py) where the case's yaml says
 # `speed.keep_till_exit`: on torch 2.6.0, freeing recompile_limit's session (its block's forward past dynamo's cache
 # limit) died of SIGSEGV after the samples were taken. Not for every case: a DataLoader's workers end as it is freed.
 _KEPT_TILL_EXIT: list[Any] = []
@@ -274,7 +274,7 @@ def _speed_in_child(
     *,
     connection,
 ) -> tuple[dict[str, Any] | None, Failure | None]:
-    """Serve the parent's timing requests (harness/phases/clock.py) for `sides`: a case's own functions on inputs from the case
+    """Serve the parent's timing requests (harness/measure/clock.py) for `sides`: a case's own functions on inputs from the case
     seed, both sides in one child; when grading (seeds given), one side per child, warmed up on inputs from one seed,
     timed on inputs from another: the submitted fix ("candidate"), or the model solution ("baseline", "pristine")."""
     case = load_case(cfg.name)

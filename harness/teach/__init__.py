@@ -398,7 +398,7 @@ def _figures_section(name: str, sources: Sources, figure_files: list[str]) -> li
         lines += [
             f"![{name}: retained and peak memory per step, buggy, fixed and the memory controls]({name}.memory.png)",
             "",
-            f"Memory per step ({where}; harness/memory.py): retained after each step and the peak during it, above the level before the first step. The figures behind it:",
+            f"Memory per step ({where}; harness/measure/footprint.py): retained after each step and the peak during it, above the level before the first step. The figures behind it:",
             "",
             "| run | retained per step | highest peak |",
             "|---|---|---|",

@@ -42,10 +42,10 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from harness.grading.confine import Limits, Reaper, children_of, confine_child, descendants_of, refused_writes
+from harness.process.confine import Limits, Reaper, children_of, confine_child, descendants_of, refused_writes
 
 OUTPUT_TAIL_CHARS = 20_000
-PLAIN_GLOBALS = {("harness.isolate", "Failure"), ("builtins", "complex"), ("torch.torch_version", "TorchVersion")}  # TorchVersion: a str  # besides None, bool, int, float, complex, str, bytes, tuple, list, dict, set
+PLAIN_GLOBALS = {("harness.process.isolate", "Failure"), ("builtins", "complex"), ("torch.torch_version", "TorchVersion")}  # TorchVersion: a str  # besides None, bool, int, float, complex, str, bytes, tuple, list, dict, set
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,7 @@ def run_isolated(
     """Call `function(*args, **kwargs)` in a child forked from the fork server; never raises for what the child does.
 
     confined: the child runs submitted code: it is held to writing beneath its scratch directory and to
-        these limits (harness/grading/confine.py) before `function` runs, and the parent counts its processes.
+        these limits (harness/process/confine.py) before `function` runs, and the parent counts its processes.
     talk: the parent's side of a conversation: `talk(connection, child_pid, deadline)` runs here while the
         child runs, the child's end of the pipe is passed to `function` as the keyword `connection`;
         what `talk` returns is `ChildResult.talk`. A child that stops answering is killed at the deadline.

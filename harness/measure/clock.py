@@ -34,9 +34,9 @@ from typing import Any, Callable
 
 import torch
 
-from harness.compare import flatten_tensors, snapshot
-from harness.grading.confine import minor_faults, tree_cpu_s
-from harness.timing import MAX_RETAKES, PairedSamples, estimate_ratio, sample_pairs
+from harness.measure.compare import flatten_tensors, snapshot
+from harness.process.confine import minor_faults, tree_cpu_s
+from harness.measure.timing import MAX_RETAKES, PairedSamples, estimate_ratio, sample_pairs
 
 CHECK_PROBABILITY = 0.9  # of a timed candidate block: one of its outputs goes to the judge
 _save = torch.save  # bound when the fork server imports this, before any submitted code

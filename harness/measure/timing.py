@@ -106,7 +106,7 @@ def paired_samples(
     max_retakes: int = MAX_RETAKES,
 ) -> PairedSamples:
     """`sample_pairs` in this process, timed by `perf_counter` (CUDA: events); the speed phase times its
-    children from the parent instead (harness/phases/clock.py)."""
+    children from the parent instead (harness/measure/clock.py)."""
     functions = {"candidate": candidate, "baseline": baseline}
 
     def block(side: str, calls: int, timed: bool) -> tuple[float, int]:

@@ -48,8 +48,8 @@ from typing import Any, Callable
 
 import torch
 
-from harness.grading.confine import descendants_of
-from harness.timing import student_t_quantile, synchronize
+from harness.process.confine import descendants_of
+from harness.measure.timing import student_t_quantile, synchronize
 
 MMAP_THRESHOLD = 64 << 10  # blocks this large or larger are mmapped, and unmapped when freed
 TRIM_THRESHOLD = 128 << 10  # free memory at the heap's top beyond this goes back to the system
