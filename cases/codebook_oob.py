@@ -81,7 +81,7 @@ triage_signs = TriageSigns(
     Sign("failure", r"vectorized gather kernel index out of bounds", 0.7, "CUDA's vectorized gather kernel (index_select in newer torch) asserted an index past the table"),
     Sign("failure", r"IndexError: index out of range in self", 0.8, "the CPU error of an embedding / index_select lookup past the table"),
     Sign("failure", r"index out of range: Tried to access index -?\d+", 0.8, "torch 1.x's CPU error of an embedding lookup past the table"),
-    Sign("failure", r"(?:\)|ids?|tokens?|codes?|index|indices|\]) *= *-?\d+ *, *codebook_?\w*(?:size|range)\b|(?:Error|Exception)\b.*\b(?:past|outside|out of|exceeds?|larger than|greater than)\b.*codebook", 0.7, "a codec's own range guard refused a code past its codebook (the code, then the codebook's size or range, in the message)", family=True),
+    Sign("failure", r"(?:\)|ids?|tokens?|codes?|index|indices|\]) *= *-?\d+ *, *codebook_?\w*(?:size|range)\b|(?:Error|Exception)\b.*\b(?:past|outside|out of|exceeds?|larger than|greater than)\b.*codebook", 0.7, "a codec's own range guard refused a code past its codebook (the code, then the codebook's size or range, in the message)"),
     Sign("failure", r"index out of bounds: 0 <= \S*tmp<n>", 0.3, "the bounds check of torch.compile's generated code (inductor on CPU or triton) fired; alone it does not say which op"),
     Sign("support", r"_fused_\w*?(?:embedding|index_select)", 0.5, "the failing kernel is torch.compile's fusion of an embedding lookup"),
     Sign("support", r"tmp<n>(?:, \[[\w, ]+\]\))? < 4096L?\b", 0.2, "the bound is SNAC's codebook size (4096), a common size too"),

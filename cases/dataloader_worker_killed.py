@@ -96,7 +96,7 @@ triage_signs = TriageSigns(
     Sign("failure", r"(?i)\b(?:ram|(?:host|cpu|system) memory|memory usage)\b[^.]{0,60}\b(?:grow|increas|climb|ris)\w*[^.]{0,80}\b(?:worker|dataloader)s?\b[^.]{0,40}\b(?:is |are |gets? |got )?killed", 0.55, "a user's words for the case: host memory grows until a DataLoader worker is killed", family=True),
     Sign("context", r"(?i)(?:ram|memory|cpu memory) (?:usage )?(?:keeps? |continues to |slowly )?(?:increas|grow|rise|explod)|(?<!cuda )(?<!gpu )out of (?:cpu |host |system )?(?:ram|memory)|oom[- ]?kill|memory leak|(?<!共享)内存", 0.25, "host memory (not the GPU's, not /dev/shm) that grows until the kernel kills a process"),
     Sign("context", r"(?i)num_workers|workers? ?=|-n 0|copy[- ]on[- ](?:write|access|read)|refcount", 0.15, "the workers named in the thread"),
-    Sign("failure", r"^memory grows: retained [\d.]+ [KMGT]?i?B/step .*\bworkers_pss\)", 0.6, "the harness's own reproduce record of this case: the DataLoader workers' summed PSS is the memory that grows", family=True),
+    Sign("failure", r"^memory grows: retained [\d.]+ [KMGT]?i?B/step .*\bworkers_pss\)", 0.6, "the harness's own reproduce record of this case: the DataLoader workers' summed PSS is the memory that grows"),
     Sign("veto", r"(?i)is killed by signal: (?:Bus error|Segmentation fault|Terminated|Aborted|Floating point exception|Illegal instruction)|Unexpected (?:bus error|segmentation fault|floating-point exception) encountered in worker|exited unexpectedly with exit code -?\d+", 0, "a worker ended by another signal (SIGBUS: /dev/shm full; SIGSEGV, SIGABRT: a native crash; SIGTERM: a scheduler or the parent) or by an exit code (a Python error in the dataset), not by the OOM killer's SIGKILL"),
 ))
 

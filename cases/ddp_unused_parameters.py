@@ -119,8 +119,8 @@ triage_signs = TriageSigns(
     confirm="a layer or branch that the forward skips on some steps; TORCH_DISTRIBUTED_DEBUG=DETAIL lists the parameters",
     also="outputs of the forward not used in the loss, or a frozen part that still requires grad",
     signs=(
-    Sign("failure", r"Expected to have finished reduction in the prior iteration before starting a new one", 0.9, "DDP's reducer: the previous iteration's gradient reduction never finished, as parameters unused in the loss never report ready", family=True),
-    Sign("failure", r"Parameters? (?:indices )?which did not receive grad for rank \d+", 0.6, "DDP's list (TORCH_DISTRIBUTED_DEBUG) of the parameters that got no gradient on a rank", family=True),
+    Sign("failure", r"Expected to have finished reduction in the prior iteration before starting a new one", 0.9, "DDP's reducer: the previous iteration's gradient reduction never finished, as parameters unused in the loss never report ready"),
+    Sign("failure", r"Parameters? (?:indices )?which did not receive grad for rank \d+", 0.6, "DDP's list (TORCH_DISTRIBUTED_DEBUG) of the parameters that got no gradient on a rank"),
     Sign("context", r"find_unused_parameters", 0.2, "DDP's unused-parameter detection is mentioned"),
     Sign("context", r"layerdrop|layer_drop|LayerDrop", 0.3, "LayerDrop in play: layers skipped at random in training"),
     Sign("context", r"DistributedDataParallel|nn/parallel/distributed\.py|_rebuild_buckets", 0.2, "raised in DistributedDataParallel"),

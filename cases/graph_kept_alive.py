@@ -110,7 +110,7 @@ triage_signs = TriageSigns(
     Sign("context", r"(?i)memory (?:\w+ ){0,3}(?:increas|grow)|(?:ram|memory) keeps? (?:increas|grow)|slow and steady increase|memory \w+ after (?:some|a few|several) (?:iterations|batches|steps)", 0.25, "memory that grows step after step, not one step too large"),
     Sign("context", r"(?i)(?:not|without) (?:the value|\.item\(\)|\.detach\(\))|non-detached|(?:computation(?:al)?|calculation|compution) graph|stor\w* (?:the )?(?:complete |entire |whole )?(?:comput\w* )?graph|holding on to the graph|take items not", 0.3, "the graph named in the cause: values kept with their history instead of numbers"),
     Sign("context", r"volatile was removed|volatile=True|with torch\.no_grad\(\)|set_grad_enabled\(False\)", 0.2, "autograd left recording where nothing is trained (`volatile` has no effect since torch 0.4)"),
-    Sign("failure", r"^memory grows: retained [\d.]+ [KMGT]?i?B/step", 0.35, "the harness's own reproduce record of a growth symptom (this is the case whose buggy code grows)", family=True),
+    Sign("failure", r"^memory grows: retained [\d.]+ [KMGT]?i?B/step", 0.35, "the harness's own reproduce record of a growth symptom (this is the case whose buggy code grows)"),
 ))
 
 compiled_unit = (

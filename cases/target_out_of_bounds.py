@@ -95,9 +95,9 @@ triage_signs = TriageSigns(
     confirm="the target's min and max against the model's number of outputs",
     also="a model head with fewer outputs than the dataset's classes",
     signs=(
-    Sign("failure", r"\bt >= 0 && t < n_classes|cur_target >= 0 && cur_target < n_classes", 0.9, "the NLL loss kernel's target check failed (Loss.cu / NLLLoss2d.cu, ClassNLLCriterion in old builds): a class target outside [0, n_classes)", family=True),
-    Sign("failure", r"\bTarget -?\d+ is out of bounds", 0.9, "the CPU error of a cross-entropy / NLL target outside [0, n_classes)", family=True),
-    Sign("failure", r"device-side assert triggered at \S*(?:Spatial)?ClassNLLCriterion\.cu", 0.6, "old torch's report of a device-side assert raised in the NLL loss kernel", family=True),
+    Sign("failure", r"\bt >= 0 && t < n_classes|cur_target >= 0 && cur_target < n_classes", 0.9, "the NLL loss kernel's target check failed (Loss.cu / NLLLoss2d.cu, ClassNLLCriterion in old builds): a class target outside [0, n_classes)"),
+    Sign("failure", r"\bTarget -?\d+ is out of bounds", 0.9, "the CPU error of a cross-entropy / NLL target outside [0, n_classes)"),
+    Sign("failure", r"device-side assert triggered at \S*(?:Spatial)?ClassNLLCriterion\.cu", 0.6, "old torch's report of a device-side assert raised in the NLL loss kernel"),
     Sign("failure", r"index out of bounds: 0 <= \S*tmp<n>", 0.3, "the bounds check of torch.compile's generated code fired; alone it does not say which op: the kernel's name does"),
     Sign("context", r"^(?:cpp|triton_\w+?)_fused_(?!\w*_index_\w*_stack_)\w*?nll_loss(?:2d)?_forward\w*_\d+\(", 0.5, "the compiled kernel that failed computes the NLL loss and looks up nothing else (no index and stack of class weights)"),
     Sign("context", r"\bin (?:cross_entropy|nll_loss)\b|_nn\.(?:cross_entropy_loss|nll_loss(?:2d|_nd)?)\(|F\.(?:cross_entropy|nll_loss)\(|CrossEntropyLoss\(", 0.3, "raised in cross entropy / the NLL loss"),

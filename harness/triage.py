@@ -281,10 +281,12 @@ def _score(case: str, rules: TriageSigns, cleaned: str, starts: list[int], raw: 
         score = min(score, UNCLAIMED_CEILING)
     elif held and rules.needs_context and "context" not in kinds:
         score = min(score, UNCLAIMED_CEILING)
-    if family_line and (held or against):
+    # The cause is evidenced by a context sign, or by a failure line that is the cause's own (not only the family's).
+    cause_shown = any(sign.kind == "context" or (sign.kind == "failure" and not sign.family) for sign, _ in matched)
+    if family_line and (held or against or not cause_shown):
         # The family's own line: the family is named, the case's cause is not evidenced (or contradicted).
-        score, why = max(score, VERDICT_SCORE), f"{FAMILY_LINE}, the case's cause {'contradicted' if against else 'not evidenced'} ({why})"
         cause = CONTRADICTED if against else NOT_EVIDENCED
+        score, why = max(score, VERDICT_SCORE), f"{FAMILY_LINE}, the case's cause {cause} ({why})"
     elif held:
         why, cause = held, None
     else:
