@@ -47,6 +47,11 @@ import functools
 import json
 import re
 import sys
+
+try:  # the regex parser the `re` module compiles with: read to find the literals a pattern needs (`_needed`)
+    from re import _parser as _sre_parser  # Python >= 3.11
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_parse as _sre_parser  # type: ignore[no-redef]
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,6 +147,7 @@ _PREFIXES = (
     re.compile(r"^(?:\[(?:default)?rank ?\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\(\w+ pid=\d+(?:, ip=[\d.]+)?\)) ?"),
     re.compile(r"^\[?[IWEF]\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? [^\]\n]*\] ?"),
 )
+_PREFIXES_ML = tuple(re.compile(prefix.pattern, re.MULTILINE) for prefix in _PREFIXES)
 _PATH = re.compile(r"(?<![\w.<])(?:[A-Za-z]:)?(?:~|\.\.?)?[\\/]?(?:[\w.~+@-]+[\\/])+[\w.~+@-]+")
 _SUBSTITUTIONS = (
     (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
@@ -169,7 +175,20 @@ def _short_path(match: re.Match) -> str:
 
 def normalise(text: str) -> list[str]:
     """One cleaned line per input line (same count, same order), so evidence can point back at the original."""
-    return [_normalise_line(line) for line in _raw_lines(text)]
+    return _normalise_text(_raw_lines(text)).split("\n")
+
+
+def _normalise_text(raw: list[str]) -> str:
+    """The cleaned lines joined by newlines: each substitution runs once over the whole text, not once per line
+    (no pattern crosses a newline, and each prefix is anchored at a line's start), which is what keeps a 10,000-line
+    log fast. tests/test_triage.py checks that it equals `_normalise_line` applied line by line."""
+    text = _ANSI.sub("", "\n".join(line[:MAX_LINE_CHARS] for line in raw))
+    for prefix in _PREFIXES_ML:
+        text = prefix.sub("", text)
+    text = _PATH.sub(_short_path, text)
+    for pattern, replacement in _SUBSTITUTIONS:
+        text = pattern.sub(replacement, text)
+    return "\n".join(line.strip() for line in text.split("\n"))
 
 
 def _raw_lines(text: str) -> list[str]:
@@ -228,13 +247,14 @@ def _literal(node: ast.AST, path: Path):
 def triage(text: str, rules: dict[str, TriageSigns] | None = None) -> Verdict:
     rules = load_signs() if rules is None else rules
     raw = _raw_lines(text)
-    cleaned = "\n".join(_normalise_line(line) for line in raw)
+    cleaned = _normalise_text(raw)
     starts = _line_starts(cleaned)
-    candidates = [c for c in (_score(case, signs, cleaned, starts, raw) for case, signs in rules.items()) if c is not None]
+    search = _Search(cleaned)
+    candidates = [c for c in (_score(case, signs, search, starts, raw) for case, signs in rules.items()) if c is not None]
     candidates.sort(key=lambda c: (-c.score, -len(c.evidence), c.case))
     top = candidates[0] if candidates and candidates[0].score >= VERDICT_SCORE else None
     if top is None:
-        looks_like = [sign.why for sign in LOOKALIKES if _first_match(sign.pattern, cleaned) is not None]
+        looks_like = [sign.why for sign in LOOKALIKES if search.first(sign.pattern) is not None]
         return Verdict(None, candidates, looks_like)
     signs = rules[top.case]
     family = {"case": top.case, "name": signs.family or top.case}
@@ -248,10 +268,10 @@ def triage(text: str, rules: dict[str, TriageSigns] | None = None) -> Verdict:
     return Verdict(top.case, candidates, [], family, cause, CONFIDENCE[top.cause])
 
 
-def _score(case: str, rules: TriageSigns, cleaned: str, starts: list[int], raw: list[str]) -> Candidate | None:
+def _score(case: str, rules: TriageSigns, search: "_Search", starts: list[int], raw: list[str]) -> Candidate | None:
     matched: list[tuple[Sign, int]] = []
     for sign in rules.signs:
-        position = _first_match(sign.pattern, cleaned)
+        position = search.first(sign.pattern)
         if position is not None:
             matched.append((sign, _line_of(position, starts)))
     if not matched:
@@ -299,6 +319,77 @@ def _score(case: str, rules: TriageSigns, cleaned: str, starts: list[int], raw: 
 def _first_match(pattern: str, cleaned: str) -> int | None:
     found = re.search(pattern, cleaned, re.MULTILINE)
     return found.start() if found else None
+
+
+class _Search:
+    """First matches in one cleaned log: each distinct pattern searched once (cases share signs), and skipped
+    without running the regex when one of the sets of literals that every match must hold (`_needed`) has none in
+    the log: most of a long log is noise that holds none of them. Each literal is looked for once per log."""
+
+    def __init__(self, cleaned: str):
+        self.cleaned, self.lowered = cleaned, cleaned.lower()
+        self.found: dict[str, int | None] = {}
+        self.present: dict[str, bool] = {}
+
+    def _has(self, literal: str) -> bool:
+        if literal not in self.present:
+            self.present[literal] = literal in self.lowered
+        return self.present[literal]
+
+    def first(self, pattern: str) -> int | None:
+        if pattern not in self.found:
+            skip = any(not any(self._has(literal) for literal in needed) for needed in _needed(pattern))
+            self.found[pattern] = None if skip else _first_match(pattern, self.cleaned)
+        return self.found[pattern]
+
+
+_GATES = 2  # sets of literals checked per pattern, the most telling first
+
+
+@functools.lru_cache(maxsize=None)
+def _needed(pattern: str) -> tuple[tuple[str, ...], ...]:
+    """Sets of lower-case literals, each such that every match of `pattern` holds at least one of its literals; none
+    where the pattern has no such set (a class or a wildcard at every turn). Read from the parsed pattern: a run of
+    literals in a sequence, what a group or a repeat of at least one needs, or one set from each branch of an
+    alternation. The longest literals first: they are the rarest in a log's noise."""
+    try:
+        parsed = _sre_parser.parse(pattern, re.MULTILINE)
+    except Exception:  # noqa: BLE001 - any pattern the parser refuses is simply searched
+        return ()
+    found = _needed_in(list(parsed))
+    return tuple(tuple(sorted(needed)) for needed in sorted(found, key=lambda needed: -min(map(len, needed)))[:_GATES])
+
+
+def _telling(literal: str) -> bool:
+    """Long enough to be rare in noise: 3 characters, or 2 where one is not a letter or a digit (`+=`, `内存`)."""
+    return len(literal) >= 3 or (len(literal) == 2 and (not literal.isascii() or not literal.isalnum()))
+
+
+def _needed_in(items: list) -> list[frozenset[str]]:
+    """Every set found in this sequence (each one necessary on its own); a run of literals is one set of one."""
+    found: list[frozenset[str]] = []
+    run = ""
+
+    def keep(candidates: list[frozenset[str]]) -> None:
+        found.extend(needed for needed in candidates if needed and all(map(_telling, needed)))
+
+    for op, value in items:
+        name = str(op)
+        if name == "LITERAL":
+            run += chr(value).lower()
+            continue
+        keep([frozenset({run})] if run else [])
+        run = ""
+        if name == "SUBPATTERN":
+            keep(_needed_in(list(value[-1])))
+        elif name == "BRANCH":
+            branches = [_needed_in(list(branch)) for branch in value[1]]
+            if all(branches):  # one set per branch, its most telling: together they make a set for the alternation
+                keep([frozenset().union(*(max(sets, key=lambda needed: min(map(len, needed))) for sets in branches))])
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") and value[0] >= 1:
+            keep(_needed_in(list(value[2])))
+    keep([frozenset({run})] if run else [])
+    return found
 
 
 def _line_starts(cleaned: str) -> list[int]:

@@ -41,6 +41,7 @@ from harness.triage import (
     render,
     triage,
 )
+from harness.triage import LOOKALIKES, _first_match, _normalise_line, _normalise_text, _raw_lines, _Search
 from tests.conftest import names_its_failure, record_log
 
 FIXTURES = ROOT / "tests" / "triage_logs"
@@ -302,6 +303,18 @@ def test_normalisation_strips_what_differs_between_runs_of_one_failure():
         "Read error [<host>]: Connection reset by peer",
         "IndexError: index out of range in self",
     ]
+
+
+def test_the_whole_text_cleaning_equals_the_line_by_line_one_and_the_literal_gates_skip_no_match():
+    """Triage cleans a log in one pass per substitution and skips a regex whose needed literals are absent (issue 49's
+    speed): on every fixture, both give exactly what the plain line-by-line cleaning and search give."""
+    patterns = {sign.pattern for signs in load_signs().values() for sign in signs.signs} | {sign.pattern for sign in LOOKALIKES}
+    for path in FIXTURE_PATHS + sorted(KEPT_APART.rglob("*.log")):
+        raw = _raw_lines(path.read_text())
+        cleaned = _normalise_text(raw)
+        assert cleaned.split("\n") == [_normalise_line(line) for line in raw], path
+        search = _Search(cleaned)
+        assert all(search.first(pattern) == _first_match(pattern, cleaned) for pattern in patterns), path
 
 
 def test_two_runs_of_one_failure_normalise_to_the_same_text():
