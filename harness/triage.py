@@ -65,10 +65,11 @@ NOT_KNOWN = "not one of the known cases"
 TOO_LITTLE = "too little to decide"
 FAMILY_LINE = "the family's own line"
 EVIDENCED, NOT_EVIDENCED, CONTRADICTED = "evidenced", "not evidenced", "contradicted"
-# How often an answer of each level was right on tests/triage_logs and tests/triage_logs_heldout (Laplace-smoothed;
-# tests/test_triage.py keeps each within 0.1 of what the fixtures show): the family verdict by the cause's level,
-# and "none" for no verdict (no known family in the log).
-CONFIDENCE = {EVIDENCED: 0.97, NOT_EVIDENCED: 0.9, CONTRADICTED: 0.9, None: 0.95}
+# How often an answer of each level was right (Laplace-smoothed), the family verdict by the cause's level and None
+# for no verdict. On the fixtures the signs were tuned on: 0.99, 0.98, 0.75 (2 logs), 0.995; on the logs kept apart
+# for issue 49: 0.95, 0.95, 0.67 (1 log), 0.81. A "none" misses more on new logs than on tuned ones, so its figure
+# is set between the two (after the kept-apart measurement); tests/test_triage.py keeps each within 0.1 of the fixtures.
+CONFIDENCE = {EVIDENCED: 0.97, NOT_EVIDENCED: 0.9, CONTRADICTED: 0.8, None: 0.9}
 
 
 @dataclass(frozen=True)
