@@ -62,7 +62,12 @@ symptoms = {  # torch 2.4.0 made autocast accept a device string with an index (
 compiled_unit = "the Brain's training step (`fit_batch`): forward under autocast, the loss and the backward"
 
 # A device string ("cuda:0", "mps") or a non-type handed to torch.autocast where a device type belongs.
-triage_signs = TriageSigns(signs=(
+triage_signs = TriageSigns(
+    family="torch.autocast refusing its device_type",
+    cause="a device string with an index ('cuda:0') passed as autocast's device_type, which takes a type ('cuda')",
+    confirm="the device_type in the torch.autocast call is a device with an index, or a variable holding one",
+    also="an unknown device type string ('gpu', 'auto'), or a torch too old for the device (mps, xpu)",
+    signs=(
     Sign("failure", r"unsupported autocast device_type", 0.9, "torch.autocast refused its device_type"),
     Sign("failure", r"autocast device_type must be", 0.9, "torch.autocast refused its device_type (the wording of torch 1.10 to 2.0: 'must be 'cuda' or 'cpu'')"),
     Sign("failure", r"device type at start of device string", 0.35, "a device string that is not a device (e.g. '0' from `device[-1]`)"),

@@ -128,9 +128,14 @@ symptoms = {"cpu": WrongResult(warning=NO_GRAD_WARNING, modes=("off",)), "cuda":
 # embeddings, or checkpointing named around it. Alone it is also printed where nothing inside the block is trained (a frozen
 # vision tower, a reference model's forward): too little to decide. An `element 0 of tensors does not require grad` after it
 # is the same cause with nothing trainable after the blocks (the raising form); without it, that error names no case.
-triage_signs = TriageSigns(needs_context=True, signs=(
-    Sign("failure", r"None of the inputs have requires_grad=True\. Gradients will be None", 0.45, "the reentrant checkpoint's check: no tensor input of a checkpointed block requires grad, so nothing inside it will get a gradient"),
-    Sign("failure", r"(?i)^(?=.*checkpoint).*\blora\w*\b.*(?:(?:not|never) (?:be(?:ing)? )?(?:trained|updated|changed?)|gradients? (?:is|are|will be) '?none'?)|(?:prevents?|blocks?) lora (?:weight )?updates", 0.45, "a user's words for the silence with checkpointing on: the LoRA weights never change, or their gradients are None"),
+triage_signs = TriageSigns(
+    family="a checkpointed block whose inputs do not require grad, so its parameters get no gradients",
+    cause="reentrant gradient checkpointing over frozen embeddings while adapters (LoRA) inside the blocks are trained",
+    confirm="the trainable parameters (adapters) sit inside checkpointed blocks whose input comes from a frozen layer; enable_input_require_grads() or use_reentrant=False fixes it",
+    also="checkpointing at evaluation or under torch.no_grad(), where no gradient is wanted (then the warning is harmless)",
+    needs_context=True, signs=(
+    Sign("failure", r"None of the inputs have requires_grad=True\. Gradients will be None", 0.45, "the reentrant checkpoint's check: no tensor input of a checkpointed block requires grad, so nothing inside it will get a gradient", family=True),
+    Sign("failure", r"(?i)^(?=.*checkpoint).*\blora\w*\b.*(?:(?:not|never) (?:be(?:ing)? )?(?:trained|updated|changed?)|gradients? (?:is|are|will be) '?none'?)|(?:prevents?|blocks?) lora (?:weight )?updates", 0.45, "a user's words for the silence with checkpointing on: the LoRA weights never change, or their gradients are None", family=True),
     Sign("context", r"(?i)\b(?:lora|q?lora_[ab]|peft|get_peft_model|loraconfig|adapters?)\b|_with_peft\b", 0.35, "adapters are trained behind frozen embeddings: the parameters inside the checkpointed blocks that lose their gradients"),
     Sign("context", r"(?i)gradient[_ ]checkpoint|use_reentrant", 0.25, "gradient checkpointing in play (the reentrant variant when use_reentrant is not passed)"),
     Sign("support", r"(?i)enable_input_require_grads|make_inputs_require_grads?", 0.2, "the hook that makes the embedding output require grad, the reentrant variant's remedy"),

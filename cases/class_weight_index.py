@@ -114,9 +114,14 @@ symptoms = {
 compiled_unit = "the loss: mmseg's CrossEntropyLoss with class weights, as the decode head calls it"
 
 # Advanced indexing past a tensor, claimed here only where a loss looks up class weights or an ignore label is the index.
-triage_signs = TriageSigns(needs_context=True, signs=(
-    Sign("failure", r"IndexKernel\.cu.*index out of bounds", 0.6, "CUDA's advanced-indexing kernel (IndexKernel.cu) asserted an index out of bounds"),
-    Sign("failure", r"index -?\d+ is out of bounds for dimension \d+ with size \d+", 0.6, "the CPU error of advanced indexing past a tensor's size"),
+triage_signs = TriageSigns(
+    family="an index past a tensor's size in advanced indexing (`weight[target]`)",
+    cause="an ignore label (255 or -100) used to index the class weights of a loss",
+    confirm="the index in the message is an ignore label (255, -100) and the indexed tensor is a class-weight vector (mmseg's avg_non_ignore, a weighted loss)",
+    also="any `tensor[idx]` with an index past its size: boxes, keep-indices, labels against a lookup table",
+    needs_context=True, signs=(
+    Sign("failure", r"IndexKernel\.cu.*index out of bounds", 0.6, "CUDA's advanced-indexing kernel (IndexKernel.cu) asserted an index out of bounds", family=True),
+    Sign("failure", r"index -?\d+ is out of bounds for dimension \d+ with size \d+", 0.6, "the CPU error of advanced indexing past a tensor's size", family=True),
     Sign("failure", r"vectorized gather kernel index out of bounds", 0.45, "CUDA's vectorized gather kernel (indexing in newer torch) asserted an index out of bounds"),
     Sign("failure", r"index out of bounds: 0 <= \S*tmp<n>", 0.45, "the bounds check of torch.compile's generated code (inductor on CPU or triton) fired; alone it does not say which op"),
     Sign("failure", r"only one element tensors can be converted to Python scalars", 0.45, "mmseg 1.2.0/1.2.1's `torch.tensor([class_weight[cls] for cls in label])` fails this way before it can index"),

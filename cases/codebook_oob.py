@@ -71,7 +71,12 @@ symptoms = {
 compiled_unit = "the decode step: the head's token selection per codebook layer and the codec's decode of the streamed codes"
 
 # The embedding_oob family's failure lines, claimed here only where a codebook / quantizer / codec decodes codes.
-triage_signs = TriageSigns(needs_context=True, signs=(
+triage_signs = TriageSigns(
+    family="a code past a codebook's size in a codec's lookup",
+    cause="codes from a language model that exceed the audio codec's codebook, decoded by the codec",
+    confirm="a codec (SNAC, EnCodec, DAC) decoding codes in the frames, and codes larger than the codebook",
+    also="any embedding lookup past its table (embedding_oob)",
+    needs_context=True, signs=(
     Sign("failure", r"Indexing\.cu.*srcIndex < srcSelectDimSize|indexSelect(?:Large|Small)Index.*Assertion", 0.9, "CUDA's index_select kernel, which an embedding lookup runs, asserted an index past the table"),
     Sign("failure", r"vectorized gather kernel index out of bounds", 0.7, "CUDA's vectorized gather kernel (index_select in newer torch) asserted an index past the table"),
     Sign("failure", r"IndexError: index out of range in self", 0.8, "the CPU error of an embedding / index_select lookup past the table"),

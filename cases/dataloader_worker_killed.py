@@ -85,9 +85,15 @@ symptoms = {
     "cuda": Growth(at_least=2.0, oom=KILLED),
 }
 
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|(?i:worker ?[(（]pid[^)）]*[)）] ?is killed by signal ?[:：] ?killed)", 0.55, "a DataLoader worker ended by SIGKILL: the OOM killer, most often, on workers whose memory grew"),
+triage_signs = TriageSigns(
+    family="a DataLoader worker killed by SIGKILL as host memory grew",
+    cause="workers whose memory grows with copy-on-access of Python objects in the dataset until the OOM killer ends one",
+    confirm="host memory (not the GPU's) growing epoch after epoch with num_workers > 0, and dmesg naming the OOM killer",
+    also="a machine with too little RAM for the batch, or a container's memory limit",
+    signs=(
+    Sign("failure", r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|(?i:worker ?[(（]pid[^)）]*[)）] ?is killed by signal ?[:：] ?killed)", 0.55, "a DataLoader worker ended by SIGKILL: the OOM killer, most often, on workers whose memory grew", family=True),
     Sign("failure", r"DataLoader worker \(pid\(s\) [^)]*\) exited unexpectedly", 0.2, "a worker that died, by some signal or error: the chained error after the worker's own line"),
+    Sign("failure", r"(?i)\b(?:ram|(?:host|cpu|system) memory|memory usage)\b[^.]{0,60}\b(?:grow|increas|climb|ris)\w*[^.]{0,80}\b(?:worker|dataloader)s?\b[^.]{0,40}\b(?:is |are |gets? |got )?killed", 0.55, "a user's words for the case: host memory grows until a DataLoader worker is killed", family=True),
     Sign("context", r"(?i)(?:ram|memory|cpu memory) (?:usage )?(?:keeps? |continues to |slowly )?(?:increas|grow|rise|explod)|(?<!cuda )(?<!gpu )out of (?:cpu |host |system )?(?:ram|memory)|oom[- ]?kill|memory leak|(?<!共享)内存", 0.25, "host memory (not the GPU's, not /dev/shm) that grows until the kernel kills a process"),
     Sign("context", r"(?i)num_workers|workers? ?=|-n 0|copy[- ]on[- ](?:write|access|read)|refcount", 0.15, "the workers named in the thread"),
     Sign("failure", r"^memory grows: retained [\d.]+ [KMGT]?i?B/step .*\bworkers_pss\)", 0.6, "the harness's own reproduce record of this case: the DataLoader workers' summed PSS is the memory that grows"),

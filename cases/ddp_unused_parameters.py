@@ -113,7 +113,12 @@ symptoms = {
 }
 
 # DDP's reducer found parameters that produced no gradient; a static graph that changed, or a parameter marked ready twice, is another failure.
-triage_signs = TriageSigns(signs=(
+triage_signs = TriageSigns(
+    family="DDP's unfinished reduction: parameters that got no gradient",
+    cause="parameters unused in some iterations (LayerDrop, a branch skipped) under DistributedDataParallel without find_unused_parameters",
+    confirm="a layer or branch that the forward skips on some steps; TORCH_DISTRIBUTED_DEBUG=DETAIL lists the parameters",
+    also="outputs of the forward not used in the loss, or a frozen part that still requires grad",
+    signs=(
     Sign("failure", r"Expected to have finished reduction in the prior iteration before starting a new one", 0.9, "DDP's reducer: the previous iteration's gradient reduction never finished, as parameters unused in the loss never report ready"),
     Sign("failure", r"Parameters? (?:indices )?which did not receive grad for rank \d+", 0.6, "DDP's list (TORCH_DISTRIBUTED_DEBUG) of the parameters that got no gradient on a rank"),
     Sign("context", r"find_unused_parameters", 0.2, "DDP's unused-parameter detection is mentioned"),

@@ -126,9 +126,15 @@ symptoms = {
 
 # GradScaler refusing a float16 gradient: a trainable parameter is float16. Not the scaler's other complaints (no inf
 # checks recorded, unscale_ called twice, bfloat16 gradients in its kernel) nor a NaN loss or a collapsed scale.
-triage_signs = TriageSigns(signs=(
+triage_signs = TriageSigns(
+    family="GradScaler refusing float16 gradients",
+    cause="a model or adapter cast to float16 while the scaler expects float32 master weights",
+    confirm="the optimizer's parameters are float16 (model.half(), torch_dtype=torch.float16)",
+    also="an optimizer built over a half model in any trainer with fp16=True",
+    signs=(
     Sign("failure", r"ValueError: Attempting to unscale FP16 gradients", 0.9, "GradScaler.unscale_ met a float16 gradient: the optimizer holds a float16 parameter (a model or adapter cast to half)"),
     Sign("failure", r"Attempting to unscale FP16 gradients", 0.8, "the same refusal where the log holds only its raise statement or quotes it without the exception's name"),
+    Sign("failure", r"grad_scaler\.py.*\bin _unscale_grads_\b", 0.5, "the frame of GradScaler's check itself, where the log was cut before its message (its only raise is this refusal)", family=True),
     Sign("context", r"grad_scaler\.py.* in (?:_unscale_grads_|unscale_|step)\b", 0.3, "raised in GradScaler's unscale, called by unscale_ or by step"),
     Sign("context", r"\bin (?:clip_grad_norm_|unscale_gradients)\b|scaler\.unscale_\(|scaler\.step\(", 0.2, "the training loop's unscale: accelerate's clip_grad_norm_ or the Trainer's scaler.unscale_"),
     Sign("support", r"--fp16\b|fp16=True|mixed_precision[=: ]+\"?fp16|\.half\(\)|torch_dtype=torch\.float16", 0.1, "float16 training or a float16 model in the command or the code shown"),

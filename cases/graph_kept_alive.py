@@ -98,7 +98,12 @@ symptoms = {
 # An out-of-memory line alone is the most common failure there is (a batch too large, a model that does not fit,
 # fragmentation): it names no case. The family is told by what surrounds it: a loss summed as a tensor, memory that
 # grows step after step, words that put the graph in the cause, autograd left on where nothing is trained.
-triage_signs = TriageSigns(signs=(
+triage_signs = TriageSigns(
+    family="memory that grows step after step until it runs out",
+    cause="a loss (or another output) summed as a tensor, which keeps every step's autograd graph alive",
+    confirm="a running sum `total += loss` without .item(), or outputs kept in a list without .detach()",
+    also="a batch too large for the device, a validation loop without torch.no_grad()",
+    signs=(
     Sign("failure", r"CUDA out of memory|OutOfMemoryError|cuda runtime error \(2\) : out of memory|CUDA error: out of memory|error=2 : out of memory|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)", 0.3, "an allocation failed: alone, any out-of-memory; which one is told by the lines around it"),
     Sign("failure", r"(?i)(?<![:=] )(?<!cuda )\bout of (?:gpu |cuda )?(?:memory|ram)\b|\bran out of (?:ram|memory)|memory (?:explodes?|explosion)|\bgpu will explode|显存(?:溢出|不足)|内存溢出", 0.2, "out of memory in the user's words (not the error line's own words), or memory that explodes"),
     Sign("context", r"\w+ *\+= *(?:\w+\.)*\w*(?:loss|Loss)\w*(?:\[['\"]?\w+['\"]?\])?(?![\w.(\[])", 0.4, "a loss summed as a tensor (`total_loss += loss`, not `loss.item()`): the sum keeps every step's graph"),

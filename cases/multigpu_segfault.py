@@ -114,7 +114,12 @@ compiled_unit = "each rank's DDP model, `torch.compile(DistributedDataParallel(m
 compiles_itself = True  # the harness cannot compile a launch: the ranks compile their model from cfg.compile (Job.compile)
 
 # A rank killed by a native signal under a launcher; a hang's watchdog abort and a DataLoader worker's death are not.
-triage_signs = TriageSigns(signs=(
+triage_signs = TriageSigns(
+    family="a rank killed by a native signal (SIGSEGV, SIGABRT)",
+    cause="a native crash in one rank of a multi-GPU job",
+    confirm="the rank's own log holding `Segmentation fault` or a C++ backtrace; faulthandler names the frame",
+    also="a crash in a C extension loaded by one rank, a driver fault",
+    signs=(
     Sign("failure", r"Signal (?:11|6|7|4|8) \(SIG(?:SEGV|ABRT|BUS|ILL|FPE)\) received by PID", 0.7, "the elastic launcher's table: a rank died of a native signal"),
     Sign("failure", r"exitcode *: *-(?:11|6|7|4|8)\b", 0.6, "a rank's exit code is a native signal (-11 SIGSEGV, -6 SIGABRT, -7 SIGBUS, -4 SIGILL, -8 SIGFPE)"),
     Sign("failure", r"terminated with signal SIG(?:SEGV|ABRT|BUS|ILL|FPE)|died with <Signals\.SIG(?:SEGV|ABRT|BUS|ILL|FPE)", 0.5, "a spawned rank died of a native signal"),

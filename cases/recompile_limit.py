@@ -101,8 +101,13 @@ symptoms = {  # 12 prompts in the reproduce child: the ninth new length hits the
     "cuda": Slow(at_least=1.5, log=LIMIT_HIT, calls=12),
 }
 
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"torch\._dynamo hit config\.(?:accumulated_)?(?:recompile_limit|cache_size_limit)|(?:recompile_limit|cache_size_limit) reached|CacheLimitExceeded|RecompileLimitExceeded|FailOnRecompileLimitHit", 0.6, "dynamo's recompile limit hit: the compiled code falls back to eager (or, with fullgraph=True, raises)"),
+triage_signs = TriageSigns(
+    family="dynamo's recompile limit hit",
+    cause="a guard on a size or an int that changes every call, so each value compiles again",
+    confirm="the `last reason` line names a size or an int guard that differs call to call",
+    also="graph breaks and guards on Python objects that change per call",
+    signs=(
+    Sign("failure", r"torchdynamo hit recompilation cache limit|torch\._dynamo hit config\.(?:accumulated_)?(?:recompile_limit|cache_size_limit)|(?:recompile_limit|cache_size_limit) reached|CacheLimitExceeded|RecompileLimitExceeded|FailOnRecompileLimitHit", 0.6, "dynamo's recompile limit hit: the compiled code falls back to eager (or, with fullgraph=True, raises)", family=True),
     Sign("context", r"last reason: [\d/: ]*(?:L\[|tensor '|G\[)|triggered by the following guard failure|size mismatch at index \d+\. expected \d+, actual \d+|== \d{2,}\b", 0.3, "a guard on a size or an int that changes from call to call: each new value compiles again"),
     Sign("context", r"(?i)dynamic=False|mark_dynamic|automatic_dynamic_shapes|force_parameter_static_shapes|recompil(?:e|ing|ation)s?\b", 0.2, "recompilation named in the thread: static shapes, dynamic=False, or a limit raised"),
 ))

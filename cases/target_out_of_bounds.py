@@ -89,7 +89,12 @@ symptoms = {
 }
 
 # A class target outside [0, C) in the NLL / cross-entropy loss; the class weights indexed by a label are class_weight_index.
-triage_signs = TriageSigns(signs=(
+triage_signs = TriageSigns(
+    family="a class target outside [0, n_classes) in the NLL loss",
+    cause="labels past the number of classes (1-based labels, an ignore label not passed as ignore_index)",
+    confirm="the target's min and max against the model's number of outputs",
+    also="a model head with fewer outputs than the dataset's classes",
+    signs=(
     Sign("failure", r"\bt >= 0 && t < n_classes|cur_target >= 0 && cur_target < n_classes", 0.9, "the NLL loss kernel's target check failed (Loss.cu / NLLLoss2d.cu, ClassNLLCriterion in old builds): a class target outside [0, n_classes)"),
     Sign("failure", r"\bTarget -?\d+ is out of bounds", 0.9, "the CPU error of a cross-entropy / NLL target outside [0, n_classes)"),
     Sign("failure", r"device-side assert triggered at \S*(?:Spatial)?ClassNLLCriterion\.cu", 0.6, "old torch's report of a device-side assert raised in the NLL loss kernel"),

@@ -113,7 +113,12 @@ symptoms = {
 
 # torch.load's weights-only unpickler refusing what a checkpoint names (torch >= 2.6, or weights_only=True), and the
 # FutureWarning of the same bare call in torch 2.4-2.5; not a truncated or corrupt file, nor a TorchScript archive.
-triage_signs = TriageSigns(signs=(
+triage_signs = TriageSigns(
+    family="torch.load's weights-only unpickler refusing a global",
+    cause="a checkpoint holding Python objects (numpy scalars, argparse.Namespace) loaded with weights_only=True, the default since torch 2.6",
+    confirm="the global named in the message is in the checkpoint, and the load passes no weights_only",
+    also="an older library calling torch.load on a full pickle (a model object, not a state dict)",
+    signs=(
     Sign("failure", r"Unsupported global: GLOBAL \S+ was not an allowed global by default", 0.7, "the weights-only unpickler met a global the file names and no allowlist holds (torch >= 2.4's wording)"),
     Sign("failure", r"Weights only load failed", 0.5, "torch.load's weights-only unpickler refused the file (torch >= 2.6 by default)"),
     Sign("failure", r"WeightsUnpickler error: Unsupported class \S+", 0.6, "torch < 2.4's wording of the same refusal (`weights_only=True` passed)"),
