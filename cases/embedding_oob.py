@@ -40,9 +40,8 @@ Fix: Amphion's own practice for continuous inputs: quantise the feature into `n_
     encoded).
 """
 
-from typing import NamedTuple
-
 import bisect
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -68,21 +67,90 @@ triage_signs = TriageSigns(
     confirm="the largest id in the batch against the table's num_embeddings (vocab_size, len(tokenizer))",
     also="any index_select past its source: negative ids, padding ids of another tokenizer",
     signs=(
-    Sign("failure", r"Indexing\.cu.*srcIndex < srcSelectDimSize|indexSelect(?:Large|Small)Index.*Assertion", 0.9, "CUDA's index_select kernel, which an embedding lookup runs, asserted an index past the table", family=True),
-    Sign("failure", r"vectorized gather kernel index out of bounds", 0.7, "CUDA's vectorized gather kernel (index_select in newer torch) asserted an index past the table"),
-    Sign("failure", r"IndexError: index out of range in self", 0.8, "the CPU error of an embedding / index_select lookup past the table", family=True),
-    Sign("failure", r"index out of range: Tried to access index -?\d+", 0.8, "torch 1.x's CPU error of an embedding lookup past the table", family=True),
-    Sign("failure", r"CUBLAS_STATUS_(?:NOT_INITIALIZED|EXECUTION_FAILED|INTERNAL_ERROR)|CUDNN_STATUS_(?:INTERNAL_ERROR|EXECUTION_FAILED|MAPPING_ERROR)", 0.25, "a later op's cuBLAS / cuDNN error, as the lookup's assert surfaces at the next library call; alone it says nothing"),
-    Sign("failure", r"index out of bounds: 0 <= \S*tmp<n>", 0.3, "the bounds check of torch.compile's generated code (inductor on CPU or triton) fired; alone it does not say which op: the kernel's name or the bound does"),
-    Sign("support", r"_fused_\w*?(?:embedding|index_select)", 0.5, "the failing kernel is torch.compile's fusion of an embedding lookup (its name lists the fused ops)"),
-    Sign("context", r"tmp<n>(?:, \[[\w, ]+\]\))? < 1583L?\b", 0.35, "the bound is this case's table: 1583 rows, the emotion feature's dimension (triton may broadcast the index first)"),
-    Sign("support", r"functional\.py.*\bin embedding\b|torch\.embedding\(|F\.embedding\(", 0.5, "raised in an embedding lookup (torch.nn.functional.embedding)"),
-    Sign("support", r"_embeddings?\b|modules/sparse\.py|nn\.Embedding\(|embed_tokens\b", 0.3, "an Embedding module in the frames"),
-    Sign("context", r"add_special_tokens|add_tokens\(|resize_token_embeddings|len\(tokenizer\)|vocab_size\b", 0.3, "the vocabulary changed size (tokens added, the table resized or not)"),
-    Sign("support", r"CUDA error: device-side assert triggered", 0.1, "an asynchronous CUDA error, as a device-side assert surfaces later"),
-    Sign("support", r"terminate called recursively", 0.1, "a C++ exception thrown by several threads at once, as a bounds check in torch.compile's parallel CPU kernel does; alone it names no op"),
-    Sign("veto", r"^(?:cpp|triton_\w+?)_fused_(?!\w*(?:embedding|index_select))\w*_\d+\(", 0, "the compiled kernel that failed does no embedding lookup (its name lists the ops it fuses)"),
-))
+        Sign(
+            "failure",
+            r"Indexing\.cu.*srcIndex < srcSelectDimSize|indexSelect(?:Large|Small)Index.*Assertion",
+            0.9,
+            "CUDA's index_select kernel, which an embedding lookup runs, asserted an index past the table",
+            family=True,
+        ),
+        Sign(
+            "failure",
+            r"vectorized gather kernel index out of bounds",
+            0.7,
+            "CUDA's vectorized gather kernel (index_select in newer torch) asserted an index past the table",
+        ),
+        Sign(
+            "failure",
+            r"IndexError: index out of range in self",
+            0.8,
+            "the CPU error of an embedding / index_select lookup past the table",
+            family=True,
+        ),
+        Sign(
+            "failure",
+            r"index out of range: Tried to access index -?\d+",
+            0.8,
+            "torch 1.x's CPU error of an embedding lookup past the table",
+            family=True,
+        ),
+        Sign(
+            "failure",
+            r"CUBLAS_STATUS_(?:NOT_INITIALIZED|EXECUTION_FAILED|INTERNAL_ERROR)|CUDNN_STATUS_(?:INTERNAL_ERROR|EXECUTION_FAILED|MAPPING_ERROR)",
+            0.25,
+            "a later op's cuBLAS / cuDNN error, as the lookup's assert surfaces at the next library call; alone it says nothing",
+        ),
+        Sign(
+            "failure",
+            r"index out of bounds: 0 <= \S*tmp<n>",
+            0.3,
+            "the bounds check of torch.compile's generated code (inductor on CPU or triton) fired; alone it does not say which op: the kernel's name or the bound does",
+        ),
+        Sign(
+            "support",
+            r"_fused_\w*?(?:embedding|index_select)",
+            0.5,
+            "the failing kernel is torch.compile's fusion of an embedding lookup (its name lists the fused ops)",
+        ),
+        Sign(
+            "context",
+            r"tmp<n>(?:, \[[\w, ]+\]\))? < 1583L?\b",
+            0.35,
+            "the bound is this case's table: 1583 rows, the emotion feature's dimension (triton may broadcast the index first)",
+        ),
+        Sign(
+            "support",
+            r"functional\.py.*\bin embedding\b|torch\.embedding\(|F\.embedding\(",
+            0.5,
+            "raised in an embedding lookup (torch.nn.functional.embedding)",
+        ),
+        Sign("support", r"_embeddings?\b|modules/sparse\.py|nn\.Embedding\(|embed_tokens\b", 0.3, "an Embedding module in the frames"),
+        Sign(
+            "context",
+            r"add_special_tokens|add_tokens\(|resize_token_embeddings|len\(tokenizer\)|vocab_size\b",
+            0.3,
+            "the vocabulary changed size (tokens added, the table resized or not)",
+        ),
+        Sign(
+            "support",
+            r"CUDA error: device-side assert triggered",
+            0.1,
+            "an asynchronous CUDA error, as a device-side assert surfaces later",
+        ),
+        Sign(
+            "support",
+            r"terminate called recursively",
+            0.1,
+            "a C++ exception thrown by several threads at once, as a bounds check in torch.compile's parallel CPU kernel does; alone it names no op",
+        ),
+        Sign(
+            "veto",
+            r"^(?:cpp|triton_\w+?)_fused_(?!\w*(?:embedding|index_select))\w*_\d+\(",
+            0,
+            "the compiled kernel that failed does no embedding lookup (its name lists the ops it fuses)",
+        ),
+    ),
+)
 
 
 class Inputs(NamedTuple):

@@ -9,7 +9,9 @@ if __name__ == "__main__":  # the fork server imports this module again as __mp_
         from harness.scaffold import main as new
 
         raise SystemExit(new(sys.argv[2:]))
-    start_fork_server(fork_server_modules(compiling=requested(sys.argv[1:])))  # first: it imports torch and the cases while this process imports the rest
+    start_fork_server(
+        fork_server_modules(compiling=requested(sys.argv[1:]))
+    )  # first: it imports torch and the cases while this process imports the rest
     from harness.cli import main
 
     main()

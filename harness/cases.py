@@ -124,7 +124,11 @@ class _Ranged:
 
     def clean_status_under(self, torch_version: str, mode: str) -> str:
         """As `clean_status`, or `clean_compiled` where the torch version holds the failure and the compile mode does not."""
-        return "clean_compiled" if self.expected_on(torch_version) and not self.holds(torch_version, mode) else self.clean_status(torch_version)
+        return (
+            "clean_compiled"
+            if self.expected_on(torch_version) and not self.holds(torch_version, mode)
+            else self.clean_status(torch_version)
+        )
 
 
 @dataclass(frozen=True)
@@ -296,10 +300,14 @@ def contract_problems(case: ModuleType) -> list[str]:
         problems.append("`bad_fixes` is empty")
     budgets = _speed_budgets(case)
     if budgets and not getattr(case, "slow_fixes", None):
-        problems.append(f"the yaml sets a speed budget ({', '.join(budgets)}) but `slow_fixes` is empty: nothing shows the speed verdict can fail")
+        problems.append(
+            f"the yaml sets a speed budget ({', '.join(budgets)}) but `slow_fixes` is empty: nothing shows the speed verdict can fail"
+        )
     memory_budgets = _budgets(case, "memory")
     if memory_budgets and not getattr(case, "memory_fixes", None):
-        problems.append(f"the yaml sets a memory budget ({', '.join(memory_budgets)}) but `memory_fixes` is empty: nothing shows the memory verdict can fail")
+        problems.append(
+            f"the yaml sets a memory budget ({', '.join(memory_budgets)}) but `memory_fixes` is empty: nothing shows the memory verdict can fail"
+        )
     if getattr(case, "slow_fixes", None) and hasattr(case, "speed_candidate") and not hasattr(case, "speed_reference"):
         problems.append("`slow_fixes` stand in for `speed_candidate`, so the case needs `speed_reference`")
     signs = getattr(case, "triage_signs", None)
@@ -316,7 +324,9 @@ def contract_problems(case: ModuleType) -> list[str]:
     if TODO in text.title:
         problems.append("docstring title still says TODO: what goes wrong, in one line")
     problems += [f"docstring lacks section {section!r}" for section in REQUIRED_SECTIONS if section not in text.sections]
-    problems += [f"docstring section {section!r} still says TODO" for section in REQUIRED_SECTIONS if TODO in text.sections.get(section, "")]
+    problems += [
+        f"docstring section {section!r} still says TODO" for section in REQUIRED_SECTIONS if TODO in text.sections.get(section, "")
+    ]
     upstream, fidelity = text.sections.get("Upstream"), text.sections.get("Fidelity")
     if upstream is not None and "https://github.com/" not in upstream:
         problems.append("docstring section 'Upstream' cites no https://github.com/ thread")
@@ -326,7 +336,17 @@ def contract_problems(case: ModuleType) -> list[str]:
 
 
 TODO = "TODO"  # the scaffold's placeholder (harness/scaffold.py): a case that still says it is unfinished
-_CASE_FUNCTIONS = ("make_inputs", "buggy", "fixed", "reference", "speed_baseline", "speed_candidate", "speed_reference", "memory_baseline", "preload")
+_CASE_FUNCTIONS = (
+    "make_inputs",
+    "buggy",
+    "fixed",
+    "reference",
+    "speed_baseline",
+    "speed_candidate",
+    "speed_reference",
+    "memory_baseline",
+    "preload",
+)
 _CONTROLS = ("bad_fixes", "slow_fixes", "memory_fixes")
 
 
@@ -337,7 +357,9 @@ def _placeholder_functions(case: ModuleType) -> list[str]:
         value = getattr(case, controls, None)
         if isinstance(value, dict):
             named += [(f"{controls}[{key!r}]", function) for key, function in value.items() if callable(function)]
-    return [name for name, function in named if isinstance(function, FunctionType) and "NotImplementedError" in global_names(function.__code__)]
+    return [
+        name for name, function in named if isinstance(function, FunctionType) and "NotImplementedError" in global_names(function.__code__)
+    ]
 
 
 def _yaml_placeholders(case: ModuleType) -> list[str]:
@@ -345,7 +367,11 @@ def _yaml_placeholders(case: ModuleType) -> list[str]:
     path = CASE_CONFIG_DIR / f"{case.__name__.rpartition('.')[2]}.yaml"
     if not path.exists():
         return []
-    return [f"conf/case/{path.name} line {number} still says TODO: {line.strip()}" for number, line in enumerate(path.read_text().splitlines(), 1) if TODO in line]
+    return [
+        f"conf/case/{path.name} line {number} still says TODO: {line.strip()}"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if TODO in line
+    ]
 
 
 def _speed_budgets(case: ModuleType) -> list[str]:

@@ -130,7 +130,10 @@ def probe_device() -> dict[str, Any]:
 def _cpu_model() -> str | None:
     """The processor's name (a speed ratio is a ratio on that CPU: a float16 step costs 7x more on one than another)."""
     try:
-        return next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), None)
+        return next(
+            (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+            None,
+        )
     except OSError:
         return platform.processor() or None
 
@@ -154,7 +157,9 @@ def _git_commit() -> str | None:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, timeout=5
+        )
         return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -162,7 +167,9 @@ def _git_commit() -> str | None:
 
 def _nvidia_driver() -> str | None:
     try:
-        query = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+        query = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        )
         return query.stdout.strip().splitlines()[0] if query.returncode == 0 and query.stdout.strip() else None
     except (OSError, subprocess.SubprocessError):
         return None

@@ -24,7 +24,9 @@ def check_format(data: dict[str, Any], path: Path) -> int:
     """The record's format version, checked: a missing one is 1 (the layout before records carried it)."""
     version = data.get("format_version", 1)
     if not isinstance(version, int) or not 1 <= version <= RECORD_FORMAT:
-        raise RecordFormatError(f"{path}: record format {version!r}; this harness reads formats 1 to {RECORD_FORMAT} (a newer harness wrote it?)")
+        raise RecordFormatError(
+            f"{path}: record format {version!r}; this harness reads formats 1 to {RECORD_FORMAT} (a newer harness wrote it?)"
+        )
     return version
 
 

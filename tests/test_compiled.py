@@ -44,7 +44,9 @@ def test_the_native_message_of_an_abort_is_kept_verbatim_once_and_its_headline_n
 
 
 def test_compiler_errors_are_told_apart_by_module_not_by_name():
-    assert compile_axis.is_compiler_error(("GuardOnDataDependentSymNode", "RuntimeError"), ("torch.fx.experimental.symbolic_shapes", "builtins"))
+    assert compile_axis.is_compiler_error(
+        ("GuardOnDataDependentSymNode", "RuntimeError"), ("torch.fx.experimental.symbolic_shapes", "builtins")
+    )
     assert compile_axis.is_compiler_error(("Unsupported",), ("torch._dynamo.exc",))
     assert not compile_axis.is_compiler_error(("IndexError", "LookupError"), ("builtins", "builtins"))
 
@@ -98,7 +100,10 @@ def test_a_yaml_cuda_tolerance_widens_the_tolerance_on_cuda_alone():
     case_cfg = compose_config("case=backward_twice").case
     assert on_device(case_cfg, "cpu").tolerance == case_cfg.tolerance
     on_cuda = on_device(case_cfg, "cuda").tolerance
-    assert (on_cuda.atol, on_cuda.rtol) == (max(case_cfg.tolerance.atol, case_cfg.cuda_tolerance.atol), max(case_cfg.tolerance.rtol, case_cfg.cuda_tolerance.rtol))
+    assert (on_cuda.atol, on_cuda.rtol) == (
+        max(case_cfg.tolerance.atol, case_cfg.cuda_tolerance.atol),
+        max(case_cfg.tolerance.rtol, case_cfg.cuda_tolerance.rtol),
+    )
     compiled = compose_config("case=class_weight_index").case  # no cuda_tolerance: compiled keeps its compile_tolerance
     assert on_device(compile_axis.case_config(compiled, "inductor"), "cuda").tolerance == compiled.compile_tolerance
 
@@ -125,7 +130,9 @@ def test_the_compiled_lookup_fails_differently_from_eager_and_the_record_says_ho
     assert reproduce.ok and reproduce.status in ("aborted", "raised", "silent"), reproduce.message
     assert reproduce.figures["same_as_eager"] is False, reproduce.message  # eager raises IndexError at the lookup
     if reproduce.status == "aborted":
-        assert reproduce.figures["signal"] == "SIGABRT" and any("index out of bounds" in line for line in reproduce.figures["native_message"])
+        assert reproduce.figures["signal"] == "SIGABRT" and any(
+            "index out of bounds" in line for line in reproduce.figures["native_message"]
+        )
     if torch.get_num_threads() > 1:  # a user's process: the kernel's bounds check throws in a parallel region and aborts
         assert reproduce.status == "aborted", f"{reproduce.status}: reproduce compiled for one thread (kernel_threads), not as users run it"
 
@@ -141,12 +148,27 @@ def test_the_fix_compiles_as_one_graph_and_matches_the_eager_reference(compiled_
 
 def test_the_matrix_keeps_eager_and_compiled_records_apart(tmp_path):
     for mode, status in (("off", "reproduced"), ("inductor", "aborted")):
-        record = {"case": "embedding_oob", "device": "cpu", "compile": mode, "environment": {"torch": "2.13.0"}, "phases": [{"phase": "reproduce", "status": status, "message": status, "figures": {}}]}
+        record = {
+            "case": "embedding_oob",
+            "device": "cpu",
+            "compile": mode,
+            "environment": {"torch": "2.13.0"},
+            "phases": [{"phase": "reproduce", "status": status, "message": status, "figures": {}}],
+        }
         (tmp_path / f"embedding_oob.cpu.{mode}.json").write_text(json.dumps(record))
     records = load_records(tmp_path)
-    expectations = {"embedding_oob": [{"torch": ">=2.3", "devices": ["cpu"], "reproduce": "reproduced"}, {"torch": ">=2.3", "devices": ["cpu"], "compile": ["inductor"], "reproduce": "aborted"}]}
+    expectations = {
+        "embedding_oob": [
+            {"torch": ">=2.3", "devices": ["cpu"], "reproduce": "reproduced"},
+            {"torch": ">=2.3", "devices": ["cpu"], "compile": ["inductor"], "reproduce": "aborted"},
+        ]
+    }
     assert drifts(records, expectations) == []
-    assert drifts(records, {"embedding_oob": expectations["embedding_oob"][:1]}) == ["embedding_oob torch 2.13.0 cpu inductor: no expectation covers this record (" + str(tmp_path / "embedding_oob.cpu.inductor.json") + ")"]
+    assert drifts(records, {"embedding_oob": expectations["embedding_oob"][:1]}) == [
+        "embedding_oob torch 2.13.0 cpu inductor: no expectation covers this record ("
+        + str(tmp_path / "embedding_oob.cpu.inductor.json")
+        + ")"
+    ]
     rows = [line for line in table(records).splitlines() if line.startswith("| `embedding_oob`")]
     assert rows == ["| `embedding_oob` | eager | reproduced |", "| `embedding_oob` | inductor | aborted |"]
 
@@ -194,7 +216,9 @@ def test_the_fork_server_of_a_compiled_run_holds_the_compiler_imported_and_probe
 
     script = tmp_path / "server.py"
     script.write_text(FORK_SERVER_OF_A_COMPILED_RUN)
-    done = subprocess.run([sys.executable, str(script), run], capture_output=True, text=True, timeout=300, cwd=compile_axis.Path(__file__).parents[1])
+    done = subprocess.run(
+        [sys.executable, str(script), run], capture_output=True, text=True, timeout=300, cwd=compile_axis.Path(__file__).parents[1]
+    )
     modules, probed, stats = ast.literal_eval(done.stdout.strip().splitlines()[-1])
     if run == "compiled":
         assert (modules, probed > 0) == (["torch._inductor.compile_fx", "torch._inductor.lowering"], True), done.stderr[-2000:]
@@ -210,7 +234,16 @@ def test_a_compiled_run_leaves_no_semaphore_for_the_resource_tracker_to_report(t
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "harness", "case=autocast_device", "compile=inductor", "device=cpu", "phases=[fix]", f"hydra.run.dir={tmp_path}"]
+    command = [
+        sys.executable,
+        "-m",
+        "harness",
+        "case=autocast_device",
+        "compile=inductor",
+        "device=cpu",
+        "phases=[fix]",
+        f"hydra.run.dir={tmp_path}",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=compile_axis.Path(__file__).parents[1])
     assert done.returncode == 0, done.stderr[-2000:]
     assert "leaked semaphore" not in done.stderr, done.stderr[-2000:]
@@ -220,7 +253,6 @@ def test_torch_s_default_folder_is_not_taken_for_the_user_s_choice_wherever_tmp_
     # A graded child's TMPDIR is its scratch folder: torch's default, set under /tmp by an earlier process, must
     # still read as torch's default there (a launcher's ranks wrote /tmp/torchinductor_<user> and were refused).
     import getpass
-
     import tempfile
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))

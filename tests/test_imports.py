@@ -47,7 +47,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     def visit(module: str, path: list[str]) -> None:
         for imported in sorted(graph[module]):
             if imported in path:
-                found.append(path[path.index(imported):] + [imported])
+                found.append(path[path.index(imported) :] + [imported])
             elif imported not in done:
                 visit(imported, path + [imported])
         done.add(module)
@@ -75,14 +75,38 @@ def test_each_phase_module_is_small_enough_to_read():
 
 
 LAYERS = (  # lowest first: a module imports only modules of its own layer or of those beneath (docs/reference/architecture.md)
-    ("foundation", ("harness", "harness.compiled", "harness.recordset", "harness.margins", "harness.triage", "harness.preload", "harness.preload_compiler")),
+    (
+        "foundation",
+        (
+            "harness",
+            "harness.compiled",
+            "harness.recordset",
+            "harness.margins",
+            "harness.triage",
+            "harness.preload",
+            "harness.preload_compiler",
+        ),
+    ),
     ("case contract", ("harness.cases",)),
     ("process", ("harness.process",)),
     ("measurement", ("harness.measure",)),
     ("records", ("harness.records",)),
     ("phases", ("harness.phases",)),
     ("grading", ("harness.grading",)),
-    ("entry points", ("harness.run", "harness.cli", "harness.sweep", "harness.report", "harness.matrix", "harness.scaffold", "harness.teach", "harness.bench", "harness.__main__")),
+    (
+        "entry points",
+        (
+            "harness.run",
+            "harness.cli",
+            "harness.sweep",
+            "harness.report",
+            "harness.matrix",
+            "harness.scaffold",
+            "harness.teach",
+            "harness.bench",
+            "harness.__main__",
+        ),
+    ),
 )
 
 

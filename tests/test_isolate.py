@@ -1,8 +1,8 @@
 import ctypes
-import multiprocessing.forkserver
-import signal
 import gc
+import multiprocessing.forkserver
 import os
+import signal
 import subprocess
 import sys
 import time

@@ -28,6 +28,7 @@ from harness.triage import (
     CONTRADICTED,
     EVIDENCED,
     FAMILY_LINE,
+    LOOKALIKES,
     NOT_EVIDENCED,
     NOT_KNOWN,
     TOO_LITTLE,
@@ -35,13 +36,17 @@ from harness.triage import (
     VERDICT_SCORE,
     Sign,
     TriageSigns,
+    _first_match,
+    _normalise_line,
+    _normalise_text,
+    _raw_lines,
+    _Search,
     load_signs,
     main,
     normalise,
     render,
     triage,
 )
-from harness.triage import LOOKALIKES, _first_match, _normalise_line, _normalise_text, _raw_lines, _Search
 from tests.conftest import names_its_failure, record_log
 
 FIXTURES = ROOT / "tests" / "triage_logs"
@@ -127,7 +132,13 @@ def _figures(folder: Path) -> dict[str, tuple[int, int, int, int, int, int]]:
 def test_held_out_logs_meet_the_goals_of_issue_21():
     """Verdict right for >= 80% of positives, the case among the candidates for >= 95%, <= 10% of near-misses claimed."""
     positives, right, _, among, negatives, claimed = (sum(column) for column in zip(*_figures(HELD_OUT).values()))
-    assert right >= 0.8 * positives and among >= 0.95 * positives and claimed <= 0.1 * negatives, (right, among, claimed, positives, negatives)
+    assert right >= 0.8 * positives and among >= 0.95 * positives and claimed <= 0.1 * negatives, (
+        right,
+        among,
+        claimed,
+        positives,
+        negatives,
+    )
 
 
 def test_confidence_is_calibrated_on_the_fixtures():
@@ -147,7 +158,11 @@ def test_confidence_is_calibrated_on_the_fixtures():
 
 def test_fixtures_come_from_many_projects_and_none_from_the_cases_own_upstream_threads():
     sources = {_fixture(path)[0]["SOURCE"] for path in FIXTURE_PATHS}
-    upstream = {url for name in case_names() for url in re.findall(r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+", case_text(load_case(name)).sections["Upstream"])}
+    upstream = {
+        url
+        for name in case_names()
+        for url in re.findall(r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+", case_text(load_case(name)).sections["Upstream"])
+    }
     assert len(upstream) >= len(case_names())  # read from each case's Upstream section, not kept by hand
     assert not {s for s in sources if any(s.rstrip("/").split("#")[0] == u for u in upstream)}
     assert len({s.split("/")[3] + "/" + s.split("/")[4] for s in sources}) >= 20
@@ -206,7 +221,9 @@ def test_every_case_declares_signs_with_a_failure_and_the_module_agrees_with_its
 
 
 def test_a_cuda_runtime_error_alone_names_no_case_and_says_what_to_paste():
-    verdict = triage("RuntimeError: CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+    verdict = triage(
+        "RuntimeError: CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+    )
     assert verdict.case is None
     assert any("CUDA_LAUNCH_BLOCKING=1" in why for why in verdict.looks_like)
 
@@ -247,9 +264,13 @@ def test_the_case_context_evidences_the_cause_and_another_cause_contradicts_it()
 
 
 def test_both_directions_of_a_prefix_mismatch_are_the_family_and_its_cause():
-    plain_into_wrapper = 'RuntimeError: Error(s) in loading state_dict for DataParallel:\n\tMissing key(s) in state_dict: "module.conv1.weight".'
-    wrapper_into_plain = 'RuntimeError: Error(s) in loading state_dict for ResNet:\n\tUnexpected key(s) in state_dict: "_orig_mod.conv1.weight".'
-    renamed = 'RuntimeError: Error(s) in loading state_dict for ResNet:\n\tsize mismatch for fc.weight: copying a param with shape torch.Size([10, 512])'
+    plain_into_wrapper = (
+        'RuntimeError: Error(s) in loading state_dict for DataParallel:\n\tMissing key(s) in state_dict: "module.conv1.weight".'
+    )
+    wrapper_into_plain = (
+        'RuntimeError: Error(s) in loading state_dict for ResNet:\n\tUnexpected key(s) in state_dict: "_orig_mod.conv1.weight".'
+    )
+    renamed = "RuntimeError: Error(s) in loading state_dict for ResNet:\n\tsize mismatch for fc.weight: copying a param with shape torch.Size([10, 512])"
     for log in (plain_into_wrapper, wrapper_into_plain):
         assert (triage(log).case, triage(log).cause["status"]) == ("state_dict_prefix", EVIDENCED)
     assert triage(renamed).cause["status"] == CONTRADICTED
@@ -267,7 +288,11 @@ def test_a_look_alike_error_gets_no_family():
 def test_signs_written_before_issue_49_keep_working():
     """A case written with the API of issue 21 (no family flags, no family text) still names its failure, and its
     verdict's family and cause fall back to the case's name."""
-    old = {"legacy": TriageSigns(signs=(Sign("failure", r"legacy failure", 0.8, "the legacy failure"), Sign("context", r"in legacy_fn", 0.3, "where")))}
+    old = {
+        "legacy": TriageSigns(
+            signs=(Sign("failure", r"legacy failure", 0.8, "the legacy failure"), Sign("context", r"in legacy_fn", 0.3, "where"))
+        )
+    }
     verdict = triage("RuntimeError: legacy failure", old)
     assert verdict.case == "legacy" and verdict.family == {"case": "legacy", "name": "legacy"} and verdict.cause["status"] == EVIDENCED
     assert "python -m harness case=legacy" in verdict.cause["confirm"]
@@ -316,8 +341,8 @@ def test_the_whole_text_cleaning_equals_the_line_by_line_one_and_the_literal_gat
 
 
 def test_two_runs_of_one_failure_normalise_to_the_same_text():
-    first = "[rank0]: File \"/opt/a/site-packages/snac/vq.py\", line 88, in from_codes\n[rank0]: exitcode  : -11 (pid: 111)"
-    second = "[rank3]: File \"C:\\env\\Lib\\site-packages\\snac\\vq.py\", line 91, in from_codes\n[rank3]: exitcode  : -11 (pid: 98765)"
+    first = '[rank0]: File "/opt/a/site-packages/snac/vq.py", line 88, in from_codes\n[rank0]: exitcode  : -11 (pid: 111)'
+    second = '[rank3]: File "C:\\env\\Lib\\site-packages\\snac\\vq.py", line 91, in from_codes\n[rank3]: exitcode  : -11 (pid: 98765)'
     assert normalise(first) == normalise(second)
 
 
@@ -346,7 +371,13 @@ def test_stdin_with_a_dash_and_a_none_verdict_exit_0():
     assert matched.returncode == 0 and b"verdict: embedding_oob" in matched.stdout
     unmatched = _run("-", "--json", stdin=b"Traceback (most recent call last):\nValueError: nothing known\n")
     assert unmatched.returncode == 0
-    assert json.loads(unmatched.stdout) == {"verdict": None, "candidates": [], "family": None, "cause": None, "confidence": CONFIDENCE[None]}
+    assert json.loads(unmatched.stdout) == {
+        "verdict": None,
+        "candidates": [],
+        "family": None,
+        "cause": None,
+        "confidence": CONFIDENCE[None],
+    }
 
 
 def test_empty_input_is_not_one_of_the_known_cases():

@@ -34,8 +34,13 @@ def case_and_inputs(name, **overrides):
 
 def target_oob_line():
     if os.environ.get("CUDA_LAUNCH_BLOCKING") != "1":
-        child = subprocess.run([sys.executable, __file__, "target_oob_line"], env={**os.environ, "CUDA_LAUNCH_BLOCKING": "1"},
-                               capture_output=True, text=True, timeout=120)
+        child = subprocess.run(
+            [sys.executable, __file__, "target_oob_line"],
+            env={**os.environ, "CUDA_LAUNCH_BLOCKING": "1"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         lines = (child.stdout + child.stderr).splitlines()
         print(f"exit {child.returncode}; {len(lines)} lines; distinct assertion lines:")
         seen = {line.split("block:")[0] + (line.split("Assertion")[-1] if "Assertion" in line else "") for line in lines if "ssert" in line}

@@ -28,7 +28,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.cases import load_case  # noqa: E402
 
-RUNTIME_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaStreamIsCapturing")
+RUNTIME_CALLS = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaMemcpyAsync",
+    "cudaStreamIsCapturing",
+)
 
 
 DEVICE = "cuda"  # --device cpu: a smoke test of this script where no GPU is
@@ -41,7 +50,9 @@ def sync() -> None:
 
 def speed_inputs(name: str):
     case_cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "case" / f"{name}.yaml")
-    cfg = OmegaConf.merge(case_cfg, OmegaConf.select(case_cfg, "speed.inputs") or {}, OmegaConf.select(case_cfg, f"speed.device_inputs.{DEVICE}") or {})
+    cfg = OmegaConf.merge(
+        case_cfg, OmegaConf.select(case_cfg, "speed.inputs") or {}, OmegaConf.select(case_cfg, f"speed.device_inputs.{DEVICE}") or {}
+    )
     return load_case(name).make_inputs(cfg, DEVICE), cfg
 
 
@@ -103,7 +114,11 @@ def measure(name: str, variants: dict[str, Callable], ratios: dict[str, tuple[st
     timed = per_call_ms(variants, x, rounds=rounds, warmup=max(1, rounds // 10))
     result: dict[str, Any] = {"case": name, "variants": {}}
     for variant, function in variants.items():
-        result["variants"][variant] = {**timed[variant], "back_to_back_ms": back_to_back_ms(function, x, calls=rounds), **profile_once(function, x)}
+        result["variants"][variant] = {
+            **timed[variant],
+            "back_to_back_ms": back_to_back_ms(function, x, calls=rounds),
+            **profile_once(function, x),
+        }
     result["ratios"] = {label: timed[a]["median_ms"] / timed[b]["median_ms"] for label, (a, b) in ratios.items()}
     return result
 
@@ -156,7 +171,9 @@ def class_weight_variants():
 
     def wrapper_weights_made_once(x):  # what the wrapper would cost with its class-weight tensor made once
         loss = copy.copy(x.loss)
-        loss.cls_criterion = lambda pred, label, weight=None, class_weight=None, ignore_index=-100, **_: F.cross_entropy(pred, label, weight=x.class_weight, ignore_index=ignore_index)
+        loss.cls_criterion = lambda pred, label, weight=None, class_weight=None, ignore_index=-100, **_: F.cross_entropy(
+            pred, label, weight=x.class_weight, ignore_index=ignore_index
+        )
         return loss(x.pred, x.label, ignore_index=x.ignore_index)
 
     variants = {
@@ -187,7 +204,11 @@ def autocast_variants():
         inside, outside, loss, grad = case.fit_batch(x, case.build_brain(x.devices[0], x.dtype, case.from_torch_device))
         return dtype_code_from_host(inside, x), dtype_code_from_host(outside, x), loss, grad
 
-    variants = {"baseline (float32 step)": case.speed_baseline, "before: dtype codes from the host": candidate_before, "after: dtype codes filled on the GPU": case.speed_candidate}
+    variants = {
+        "baseline (float32 step)": case.speed_baseline,
+        "before: dtype codes from the host": candidate_before,
+        "after: dtype codes filled on the GPU": case.speed_candidate,
+    }
     ratios = {
         "before / baseline": ("before: dtype codes from the host", "baseline (float32 step)"),
         "after / baseline": ("after: dtype codes filled on the GPU", "baseline (float32 step)"),
@@ -210,7 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: this profile needs a GPU", file=sys.stderr)
         return 3
-    report = {"device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu", "torch": torch.__version__, "cuda": torch.version.cuda, "cases": []}
+    report = {
+        "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cases": [],
+    }
     for name in args.cases:
         try:
             variants, ratios = PROFILES[name]()

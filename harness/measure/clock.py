@@ -35,8 +35,8 @@ from typing import Any, Callable
 import torch
 
 from harness.measure.compare import flatten_tensors, snapshot
-from harness.process.confine import minor_faults, tree_cpu_s
 from harness.measure.timing import MAX_RETAKES, PairedSamples, estimate_ratio, sample_pairs
+from harness.process.confine import minor_faults, tree_cpu_s
 
 CHECK_PROBABILITY = 0.9  # of a timed candidate block: one of its outputs goes to the judge
 _save = torch.save  # bound when the fork server imports this, before any submitted code
@@ -66,7 +66,9 @@ class TimedProcess:
 # -- the child ----------------------------------------------------------------------------------------
 
 
-def serve(connection, functions: dict[str, Callable[[Any], Any]], inputs: Any, device: str, fresh_inputs: Callable[[], Any] | None = None) -> None:
+def serve(
+    connection, functions: dict[str, Callable[[Any], Any]], inputs: Any, device: str, fresh_inputs: Callable[[], Any] | None = None
+) -> None:
     """Answer the parent's requests until it says stop: run a block, send back or drop its outputs, make fresh inputs."""
     kept: list[Any] = []
     collecting = gc.isenabled()
@@ -209,7 +211,13 @@ def drive(
     try:
         with contextlib.suppress(_Disturbed):
             timed.samples = sample_pairs(
-                block, device=device, warmup=warmup, pairs=pairs, min_s=min_s, before_timing=make_fresh_inputs if fresh_inputs else None, others=tuple(children)[2:],
+                block,
+                device=device,
+                warmup=warmup,
+                pairs=pairs,
+                min_s=min_s,
+                before_timing=make_fresh_inputs if fresh_inputs else None,
+                others=tuple(children)[2:],
                 max_retakes=max_retakes,
             )
     finally:
@@ -287,7 +295,9 @@ def clock_figures(processes: list[TimedProcess]) -> dict[str, Any]:
         figures[f"{side}_child_s"] = round(sum(b.child_s for b in blocks), 6)
         figures[f"{side}_cpu_s"] = round(sum(b.cpu_s for b in blocks), 6)
     figures["outside_cpu_s"] = round(sum(p.outside_cpu_s for p in processes), 6)
-    figures.update(baseline_outside_cpu_s=round(sum(p.model_outside_cpu_s for p in processes), 6), baseline_cores=round(_model_cores(processes), 3))
+    figures.update(
+        baseline_outside_cpu_s=round(sum(p.model_outside_cpu_s for p in processes), 6), baseline_cores=round(_model_cores(processes), 3)
+    )
     gains = [g for g in (_repeat_gain(p) for p in processes) if g is not None]
     if gains:
         figures["repeat_gain"] = round(_geometric_mean(gains), 4)
@@ -300,7 +310,12 @@ def clock_figures(processes: list[TimedProcess]) -> dict[str, Any]:
 def _baseline_vs_pristine(processes: list[TimedProcess]) -> dict[str, Any]:
     """The baseline's time over its pristine copy's (children alike, timed in turn in the same processes)."""
     estimate = estimate_ratio([PairedSamples(p.samples.baseline_s, p.samples.others["pristine"], 1) for p in processes], 0.95)
-    return {"ratio": round(estimate.ratio, 4), "ratio_low": round(estimate.ratio_low, 4), "ratio_high": round(estimate.ratio_high, 4), "pristine_s": estimate.baseline_s}
+    return {
+        "ratio": round(estimate.ratio, 4),
+        "ratio_low": round(estimate.ratio_low, 4),
+        "ratio_high": round(estimate.ratio_high, 4),
+        "pristine_s": estimate.baseline_s,
+    }
 
 
 def _cpu_share(processes: list[TimedProcess], side: str) -> float:
@@ -313,7 +328,10 @@ def anomaly(processes: list[TimedProcess], device: str, inputs_repeat: bool = Tr
     for process in processes:
         for b in process.blocks:
             if b.child_s > b.parent_s + CLOCK_SLACK_S:
-                return "clock_tampered", f"the child's clock read {b.child_s * 1e3:.2f} ms for a {b.side} block the parent timed at {b.parent_s * 1e3:.2f} ms: its clock runs ahead"
+                return (
+                    "clock_tampered",
+                    f"the child's clock read {b.child_s * 1e3:.2f} ms for a {b.side} block the parent timed at {b.parent_s * 1e3:.2f} ms: its clock runs ahead",
+                )
     candidate = [b for p in processes for b in p.blocks if b.side == "candidate"]
     parent_s, child_s = sum(b.parent_s for b in candidate), sum(b.child_s for b in candidate)
     on_cpu_s = sum(min(b.parent_s, b.cpu_s) for b in candidate) if device == "cpu" else parent_s
@@ -329,7 +347,11 @@ def anomaly(processes: list[TimedProcess], device: str, inputs_repeat: bool = Tr
     cores = MODEL_MARGIN * model_cores if model_cores > EXTRA_CORES else EXTRA_CORES  # only where the model itself is past the line
     for b in candidate:
         if b.cpu_s > cores * b.parent_s + CLOCK_SLACK_S:
-            allowed = f"the model solution's own blocks used at most {model_cores:.2f} cores" if model_cores > EXTRA_CORES else "CPU timing is single-threaded"
+            allowed = (
+                f"the model solution's own blocks used at most {model_cores:.2f} cores"
+                if model_cores > EXTRA_CORES
+                else "CPU timing is single-threaded"
+            )
             return "work_beside_the_clock", (
                 f"a candidate block used {b.cpu_s * 1e3:.1f} ms of CPU in {b.parent_s * 1e3:.1f} ms ({b.cpu_s / b.parent_s:.2f} cores), "
                 f"while {allowed} (a thread or a process of the submission ran beside the timed call)"
@@ -357,7 +379,10 @@ def baseline_anomaly(processes: list[TimedProcess], device: str) -> tuple[str, s
     if not disturbed and (not processes or not all(p.samples.others.get("pristine") for p in processes)):
         return None
     if disturbed:
-        return "baseline_disturbed", f"{disturbed}: another process of the user changed it (the submission's is the only one running code nobody reviewed)"
+        return (
+            "baseline_disturbed",
+            f"{disturbed}: another process of the user changed it (the submission's is the only one running code nobody reviewed)",
+        )
     if device == "cpu":
         candidate, baseline = _cpu_share(processes, "candidate"), _cpu_share(processes, "baseline")
         if baseline < STARVED_SHARE * candidate:

@@ -35,7 +35,9 @@ def _named(output: Any, path: str) -> list[tuple[str, torch.Tensor | None]]:
     raise TypeError(f"cannot compare outputs of type {type(output).__name__}")
 
 
-def training_outputs(module: nn.Module, loss: torch.Tensor | None = None, *, gradients: bool = True, parameters: bool = False) -> dict[str, Any]:
+def training_outputs(
+    module: nn.Module, loss: torch.Tensor | None = None, *, gradients: bool = True, parameters: bool = False
+) -> dict[str, Any]:
     """What a training step leaves, to compare with a reference step: the loss, every parameter's gradient by name
     (None where none was computed: a silently missing gradient shows as one), and the parameters after the step."""
     named = dict(module.named_parameters())
@@ -85,7 +87,11 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float, scale: float = 0.0
     for (_, g), (path, w) in zip(got_named, want_named):
         if (g is None) != (w is None):
             missing = sum((a is None) != (b is None) for (_, a), (_, b) in zip(got_named, want_named))
-            return {"match": False, "reason": f"{path} is {'None' if g is None else 'a tensor'} where the reference has {'a tensor' if g is None else 'None'} ({missing} such)", "missing": missing}
+            return {
+                "match": False,
+                "reason": f"{path} is {'None' if g is None else 'a tensor'} where the reference has {'a tensor' if g is None else 'None'} ({missing} such)",
+                "missing": missing,
+            }
         if g is not None and g.shape != w.shape:
             return {"match": False, "reason": f"{path}: shape {tuple(g.shape)}, reference {tuple(w.shape)}"}
 
@@ -112,7 +118,15 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float, scale: float = 0.0
             counts["mismatched_floats"] += mismatched
             if mismatched:
                 norm = float(w.norm())
-                differing.append({"output": path, "mismatched": mismatched, "of": w.numel(), "max_abs_diff": this_max, "relative_error": float(diff.norm()) / norm if norm else math.inf})
+                differing.append(
+                    {
+                        "output": path,
+                        "mismatched": mismatched,
+                        "of": w.numel(),
+                        "max_abs_diff": this_max,
+                        "relative_error": float(diff.norm()) / norm if norm else math.inf,
+                    }
+                )
         else:
             mismatched = int((g != w).sum())
             counts["integers"] += w.numel()
@@ -120,7 +134,11 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float, scale: float = 0.0
             if mismatched:
                 differing.append({"output": path, "mismatched": mismatched, "of": w.numel()})
 
-    figures: dict[str, Any] = {"match": counts["mismatched_integers"] + counts["mismatched_floats"] == 0, **counts, "max_abs_diff": max_abs_diff}
+    figures: dict[str, Any] = {
+        "match": counts["mismatched_integers"] + counts["mismatched_floats"] == 0,
+        **counts,
+        "max_abs_diff": max_abs_diff,
+    }
     if counts["mismatched_floats"]:
         figures["tolerance_excess"] = excess
     if reference_sq > 0:
@@ -158,8 +176,14 @@ def snapshot(value: Any, path: str = "inputs") -> dict[str, Any]:
     if isinstance(value, dict):  # its items, and a dict subclass's own attributes (a state dict's `_metadata`, which load_state_dict reads)
         items = [(f"{path}[{key!r}]", value[key]) for key in value]
         attributes = getattr(value, "__dict__", {})
-        items += [(f"{path}.{name}", attribute) for name, attribute in (attributes.items() if attributes is not value else ())]  # an AttrDict's are its items
-        return {k: v for where, item in items for k, v in snapshot(item, where).items()} if items else {path: f"empty {type(value).__qualname__}"}
+        items += [
+            (f"{path}.{name}", attribute) for name, attribute in (attributes.items() if attributes is not value else ())
+        ]  # an AttrDict's are its items
+        return (
+            {k: v for where, item in items for k, v in snapshot(item, where).items()}
+            if items
+            else {path: f"empty {type(value).__qualname__}"}
+        )
     if isinstance(value, (tuple, list)):
         names = getattr(value, "_fields", None) or [f"[{index}]" for index in range(len(value))]
         if not names:

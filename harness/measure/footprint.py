@@ -48,8 +48,8 @@ from typing import Any, Callable
 
 import torch
 
-from harness.process.confine import descendants_of
 from harness.measure.timing import student_t_quantile, synchronize
+from harness.process.confine import descendants_of
 
 MMAP_THRESHOLD = 64 << 10  # blocks this large or larger are mmapped, and unmapped when freed
 TRIM_THRESHOLD = 128 << 10  # free memory at the heap's top beyond this goes back to the system
@@ -68,7 +68,10 @@ class MemorySettings:
 
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+    ]
 
 
 def _libc():
@@ -257,7 +260,13 @@ class StepMemory:
         return max(self.peak) if self.peak else 0
 
     def figures(self) -> dict[str, Any]:
-        figures = {"retained": self.retained, "peak": self.peak, "max_peak": self.max_peak, "growth_series": self.growth_series, **self.growth.figures()}
+        figures = {
+            "retained": self.retained,
+            "peak": self.peak,
+            "max_peak": self.max_peak,
+            "growth_series": self.growth_series,
+            **self.growth.figures(),
+        }
         if self.rss_retained is not None:
             figures["rss_retained"] = self.rss_retained
         if self.workers is not None:
@@ -377,7 +386,9 @@ def judge_memory(fix: StepMemory, baseline: StepMemory, budget: dict[str, float]
         elif high > budget["growth"]:
             undecided.append(f"{said} straddles {budget['growth']}")
     if budget.get("peak") is not None and peak_ratio > budget["peak"]:
-        over.append(f"peak {_bytes(fix.max_peak)} is {peak_ratio:.2f}x {_bytes(unit)} (the baseline's {_bytes(baseline.max_peak)}) > {budget['peak']}x")
+        over.append(
+            f"peak {_bytes(fix.max_peak)} is {peak_ratio:.2f}x {_bytes(unit)} (the baseline's {_bytes(baseline.max_peak)}) > {budget['peak']}x"
+        )
     status = "over_budget" if over else "inconclusive" if undecided else "within_budget"
     return MemoryVerdict(status, excess, series, unit, peak_ratio, tuple(over + undecided))
 

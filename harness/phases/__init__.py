@@ -37,7 +37,7 @@ fix instead of `fixed`, and speed times it against the case's own `fixed`.
     common     settings, the case function a phase runs, calling case code in a child, the phase record
     reproduce  reproduce;  correct  fix and correct;  speed  speed (its protocol: clock);  memory  memory;
     controls   slow_fixes, bad_fixes, memory_fixes
-The modules import one way: common <- speed, memory <- reproduce, correct <- controls <- this package.
+The modules import one way: common <- timing_processes <- speed, memory <- reproduce, correct <- controls <- this package.
 """
 
 from __future__ import annotations
@@ -47,15 +47,35 @@ from typing import Iterator
 
 from omegaconf import DictConfig
 
-from harness.phases.common import FIXED, PHASES, Settings, SpeedSettings, fix_under_test
+from harness.phases.common import FIXED, PHASES, Settings, SpeedSettings, fix_under_test, speed_config
 from harness.phases.controls import bad_fix, memory_fix, slow_fix
 from harness.phases.correct import correct, fix
 from harness.phases.memory import memory, memory_budget, memory_config
 from harness.phases.reproduce import CLEAN_RUN, FAILURE_REPRODUCED, reproduce
-from harness.phases.speed import speed, speed_config
+from harness.phases.speed import speed
 from harness.records import PhaseRecord
 
-__all__ = ["CLEAN_RUN", "FAILURE_REPRODUCED", "FIXED", "PHASES", "Settings", "SpeedSettings", "bad_fix", "correct", "fix", "fix_under_test", "memory", "memory_budget", "memory_config", "memory_fix", "reproduce", "run_phase", "slow_fix", "speed", "speed_config"]
+__all__ = [
+    "CLEAN_RUN",
+    "FAILURE_REPRODUCED",
+    "FIXED",
+    "PHASES",
+    "Settings",
+    "SpeedSettings",
+    "bad_fix",
+    "correct",
+    "fix",
+    "fix_under_test",
+    "memory",
+    "memory_budget",
+    "memory_config",
+    "memory_fix",
+    "reproduce",
+    "run_phase",
+    "slow_fix",
+    "speed",
+    "speed_config",
+]
 
 
 def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:

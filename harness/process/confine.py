@@ -50,7 +50,9 @@ class Limits:
     open_files: int = 4096
     file_bytes: int = 4 << 30
     processes: int = 256  # processes a grade may have at once (rlimit for a user other than root; counted by the parent for root)
-    kernels: str | None = None  # the grade's kernel cache for the submission's compiled code, shared by its confined children alone (writable beside scratch)
+    kernels: str | None = (
+        None  # the grade's kernel cache for the submission's compiled code, shared by its confined children alone (writable beside scratch)
+    )
 
 
 @dataclass
@@ -67,7 +69,10 @@ def confine_child(scratch: str, limits: Limits, refused_log: str) -> Confinement
     os.environ["TMPDIR"] = scratch
     tempfile.tempdir = scratch
     kernels = os.path.realpath(limits.kernels) if limits.kernels else tempfile.mkdtemp(prefix="inductor-", dir=scratch)
-    os.environ[PRIVATE_KERNELS], os.environ["TORCHINDUCTOR_CACHE_DIR"] = "1", kernels  # what it compiles, and the ranks it starts, stay in the grade
+    os.environ[PRIVATE_KERNELS], os.environ["TORCHINDUCTOR_CACHE_DIR"] = (
+        "1",
+        kernels,
+    )  # what it compiles, and the ranks it starts, stay in the grade
     sys.dont_write_bytecode = True  # a .pyc beside the submitted file would be a refused write
     # multiprocessing keeps the folder for its sockets (a DataLoader worker hands a tensor's storage over through the
     # resource sharer's) from the first time it made one, in the fork server: beneath /tmp, unwritable now. Forget it,
@@ -116,8 +121,16 @@ def _processes_of_this_user() -> int:
 
 # Which arguments of each audited call name a path it writes, and which one is that path's dir_fd.
 AUDITED_WRITES = {
-    "os.remove": [(0, 1)], "os.rmdir": [(0, 1)], "os.mkdir": [(0, 2)], "os.rename": [(0, 2), (1, 3)], "os.truncate": [(0, None)],
-    "os.symlink": [(1, 2)], "os.link": [(1, 3)], "os.chmod": [(0, 2)], "os.chown": [(0, 3)], "shutil.rmtree": [(0, 1)],
+    "os.remove": [(0, 1)],
+    "os.rmdir": [(0, 1)],
+    "os.mkdir": [(0, 2)],
+    "os.rename": [(0, 2), (1, 3)],
+    "os.truncate": [(0, None)],
+    "os.symlink": [(1, 2)],
+    "os.link": [(1, 3)],
+    "os.chmod": [(0, 2)],
+    "os.chown": [(0, 3)],
+    "shutil.rmtree": [(0, 1)],
 }
 
 
@@ -147,7 +160,11 @@ def _write_guard(writable: tuple[str, ...], refused_log: str):
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & WRITE_FLAGS)
             targets = [full_path(path, None)] if writing else []
         elif event in AUDITED_WRITES:
-            targets = [full_path(args[at], args[fd] if fd is not None and fd < len(args) else None) for at, fd in AUDITED_WRITES[event] if at < len(args)]
+            targets = [
+                full_path(args[at], args[fd] if fd is not None and fd < len(args) else None)
+                for at, fd in AUDITED_WRITES[event]
+                if at < len(args)
+            ]
         else:
             return
         for target in targets:
@@ -219,7 +236,10 @@ def _landlock(writable: tuple[str, ...]) -> str:
     try:
         for root in (*writable, *WRITABLE_BESIDE_SCRATCH):
             _allow_beneath(libc, ruleset, root, handled)
-        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+        if (
+            libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            or libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0
+        ):
             return f"audit hook only (Landlock could not restrict this process: {os.strerror(ctypes.get_errno())})"
     finally:
         os.close(ruleset)
@@ -239,7 +259,16 @@ def _allow_beneath(libc, ruleset: int, root: str, access: int) -> None:
     fd = os.open(root, os.O_PATH | os.O_CLOEXEC)
     try:
         rule = _PathBeneath(access, fd)
-        if libc.syscall(SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+        if (
+            libc.syscall(
+                SYS_LANDLOCK_ADD_RULE,
+                ctypes.c_int(ruleset),
+                ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
+                ctypes.byref(rule),
+                ctypes.c_uint32(0),
+            )
+            != 0
+        ):
             raise OSError(ctypes.get_errno(), f"landlock_add_rule {root}: {os.strerror(ctypes.get_errno())}")
     finally:
         os.close(fd)

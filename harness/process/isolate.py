@@ -45,7 +45,11 @@ from typing import Any, Callable, Literal
 from harness.process.confine import Limits, Reaper, children_of, confine_child, descendants_of, refused_writes
 
 OUTPUT_TAIL_CHARS = 20_000
-PLAIN_GLOBALS = {("harness.process.isolate", "Failure"), ("builtins", "complex"), ("torch.torch_version", "TorchVersion")}  # TorchVersion: a str  # besides None, bool, int, float, complex, str, bytes, tuple, list, dict, set
+PLAIN_GLOBALS = {
+    ("harness.process.isolate", "Failure"),
+    ("builtins", "complex"),
+    ("torch.torch_version", "TorchVersion"),
+}  # TorchVersion: a str  # besides None, bool, int, float, complex, str, bytes, tuple, list, dict, set
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,9 @@ class ChildResult:
     output: str = field(default="", repr=False)  # tail of the child's stdout and stderr
     talk: Any = None  # what the parent's side of a conversation with the child returned (`run_isolated(talk=...)`)
     left_behind: list[str] = field(default_factory=list)  # processes the child left running, killed after it
-    refused_writes: list[str] = field(default_factory=list)  # what a confined child was refused: writes outside its scratch directory, signals to processes not its own
+    refused_writes: list[str] = field(
+        default_factory=list
+    )  # what a confined child was refused: writes outside its scratch directory, signals to processes not its own
     confinement: str | None = None  # how a confined child was held ("landlock ABI 7; limits ..."), as it reported
     limit: str | None = None  # the limit a confined child broke, when status == "limit"
     lost_server: str | None = None  # "killed" or "stopped": what the child did to its parent, the fork server
@@ -233,13 +239,20 @@ def run_isolated(
         os.chmod(scratch, 0o700)
         result_path = os.path.join(scratch, "result.pickle")
         output_path = os.path.join(scratch, "output.txt")
-        paths = {"result": result_path, "output": output_path, "refused": os.path.join(scratch, "refused.txt"), "confinement": os.path.join(scratch, "confinement.txt")}
+        paths = {
+            "result": result_path,
+            "output": output_path,
+            "refused": os.path.join(scratch, "refused.txt"),
+            "confinement": os.path.join(scratch, "confinement.txt"),
+        }
         work = os.path.join(scratch, "work")
         os.mkdir(work)
         ours, theirs = _FORK_SERVER.Pipe() if talk is not None else (None, None)
         if theirs is not None:
             kwargs = {**kwargs, "connection": theirs}
-        keep = set(_children_now()) | set(_descendants_now()) | _helpers()  # a sibling child re-parented here if the server dies is not this child's
+        keep = (
+            set(_children_now()) | set(_descendants_now()) | _helpers()
+        )  # a sibling child re-parented here if the server dies is not this child's
         since = _ticks_since_boot()
         child = _FORK_SERVER.Process(target=_child_main, args=(function, args, kwargs, paths, work, confined), daemon=False)
         started = time.perf_counter()
@@ -259,7 +272,12 @@ def run_isolated(
         seconds = time.perf_counter() - started
         left_behind = [line for line in reaper.sweep(child.pid, keep | _helpers(), since) if not line.startswith(f"pid {child.pid} ")]
         output = _read_tail(output_path)
-        extras = {"talk": talked, "left_behind": left_behind, "refused_writes": refused_writes(paths["refused"]), "confinement": _read_text(paths["confinement"])}
+        extras = {
+            "talk": talked,
+            "left_behind": left_behind,
+            "refused_writes": refused_writes(paths["refused"]),
+            "confinement": _read_text(paths["confinement"]),
+        }
         if broke:  # what was killed for breaking the limit is not "left behind"
             return ChildResult("limit", seconds, output=output, limit=broke, **{**extras, "left_behind": []})
         lost = lost or _server_lost(fork_server, settle_s=LOST_SERVER_SETTLE_S if child.exitcode == LOST_EXIT_CODE else 0.0)
@@ -382,7 +400,10 @@ def _child_main(function, args, kwargs, paths: dict[str, str], work: str, confin
             confinement_fd = os.open(paths["confinement"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             held = confine_child(work, confined, paths["refused"])
             with open(confinement_fd, "w") as confinement:
-                confinement.write(f"writes: {held.writes}; limits: " + ", ".join(f"{name.removeprefix('RLIMIT_').lower()} {value}" for name, value in held.limits.items()))
+                confinement.write(
+                    f"writes: {held.writes}; limits: "
+                    + ", ".join(f"{name.removeprefix('RLIMIT_').lower()} {value}" for name, value in held.limits.items())
+                )
         try:
             outcome = ("returned", function(*args, **kwargs))
         except BaseException as error:  # noqa: BLE001 - the child reports everything, the parent decides

@@ -113,7 +113,17 @@ def solution_functions(case: ModuleType) -> set[FunctionType]:
 
 # -- what importing it changed in its process ------------------------------------------------------------
 
-BACKEND_FLAGS = ("enabled", "benchmark", "deterministic", "allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction", "fp32_precision", "engine", "benchmark_limit")
+BACKEND_FLAGS = (
+    "enabled",
+    "benchmark",
+    "deterministic",
+    "allow_tf32",
+    "allow_fp16_reduced_precision_reduction",
+    "allow_bf16_reduced_precision_reduction",
+    "fp32_precision",
+    "engine",
+    "benchmark_limit",
+)
 BACKENDS = ("cudnn", "mkldnn", "mkl", "nnpack", "opt_einsum", "cuda.matmul", "mha", "quantized", "cpu")
 NAMESPACES = ("torch", "torch.nn.functional", "torch.Tensor", "torch.linalg", "torch.fft", "torch.special", "torch.nn.init")
 
@@ -161,7 +171,12 @@ def namespace_ids(*modules: ModuleType) -> dict[str, int]:
     """The identity of every public name in torch's main namespaces and in `modules`: a name rebound (wrapped, patched) shows."""
     import torch
 
-    found = {f"{module.__name__}.{name}": id(value) for module in modules for name, value in list(vars(module).items()) if not name.startswith("__")}
+    found = {
+        f"{module.__name__}.{name}": id(value)
+        for module in modules
+        for name, value in list(vars(module).items())
+        if not name.startswith("__")
+    }
     for namespace in NAMESPACES:
         owner = _attribute(torch, namespace.removeprefix("torch").lstrip(".")) if namespace != "torch" else torch
         for name, value in list(vars(owner).items()) if owner is not None else ():
@@ -170,9 +185,15 @@ def namespace_ids(*modules: ModuleType) -> dict[str, int]:
     return found
 
 
-def changes(before: dict[str, Any], after: dict[str, Any], ids_before: dict[str, int] | None = None, ids_after: dict[str, int] | None = None) -> list[str]:
+def changes(
+    before: dict[str, Any], after: dict[str, Any], ids_before: dict[str, int] | None = None, ids_after: dict[str, int] | None = None
+) -> list[str]:
     """One line per setting changed, then the names of torch's namespaces rebound, added or removed."""
-    said = [f"{name} {before.get(name)!r} -> {after.get(name)!r}" for name in dict.fromkeys([*before, *after]) if before.get(name) != after.get(name)]
+    said = [
+        f"{name} {before.get(name)!r} -> {after.get(name)!r}"
+        for name in dict.fromkeys([*before, *after])
+        if before.get(name) != after.get(name)
+    ]
     if ids_before is not None and ids_after is not None:
         rebound = [name for name in ids_after if ids_before.get(name) not in (None, ids_after[name])]
         removed = [name for name in ids_before if name not in ids_after]

@@ -58,8 +58,8 @@ def replays_from_disk(x):
 
 def patches_the_comparison(x):
     """Returns zeros after making everything that compares in this process say "equal"."""
-    import harness.measure.compare
     import cases.embedding_oob as case
+    import harness.measure.compare
 
     harness.measure.compare.compare = lambda *args, **kwargs: {"match": True}
     torch.allclose = lambda *args, **kwargs: True
