@@ -43,13 +43,14 @@ Symptom on CUDA: the same numbers, as arithmetic, nothing device-specific (not r
         | 4   | 1             | 32           | 138          | 33.13         |
         | 8   | 1             | 16           | 69           | 16.5          |
 
-Symptom on CPU: nothing raises and nothing is printed (torch 2.13.0, run here). On the yaml's window (16 sequences,
-    4 micro-batches of 4, 121 to 264... trained tokens per micro-batch as the seed draws them) every gradient is off: the lm_head's
-    weight gradient by 5-15% of its norm, the embedding's and the mixing layer's alike, and the logged loss by the
-    weighting (figures in tests/test_grad_accum_normalization.py, measured: see the case's page). A token of a short
-    micro-batch weighs n_total / (steps x n_own) of a token of the reference's: with accumulation 1 the buggy code is
-    right, so the loss and the gradients move with the accumulation setting at a fixed effective batch. Compiled
-    (inductor, torch 2.13.0): the same wrong numbers.
+Symptom on CPU: nothing raises and nothing is printed (torch 2.13.0, run here). On the yaml's window (16 sequences of
+    2 to 23 trained tokens, 4 micro-batches of 4 holding 55, 62, 65 and 32 of them) every gradient is off by 27-29% of
+    its norm (embedding 27.8%, mixing weight 29.2%, its bias 27.0%, LM head 27.6%): the micro-batch of 32 tokens weighs
+    1.67x per token, the others 0.82-0.97x. The same 16 sequences split otherwise, at the same effective batch: 16 x 1
+    exact, 8 x 2 8-9% off, 4 x 4 27-29%, 2 x 8 42-57%, 1 x 16 71-96% (tests/test_grad_accum_normalization.py); on
+    other seeds 4 x 4 is 11-56% off. The logged loss moves too, but little at initialisation, where every token's loss
+    is near log 64: 4.3115 for 4.3132 (4 x 4), 4.3212 at 1 x 16; the threads see it diverge over training. Compiled
+    (inductor, torch 2.13.0): the same wrong numbers. Other releases: plain arithmetic, expected the same on every torch.
 
 Cause: the mean of means is not the mean: (x1 / n1 + x2 / n2) / 2 != (x1 + x2) / (n1 + n2) unless every micro-batch
     holds as many trained tokens. Each micro-batch's cross entropy is averaged over its own non-padding tokens, then
@@ -69,11 +70,11 @@ Fix: transformers #34191's: before the window's first forward, count the labels 
     parameter's gradient and the logged loss. Wrong ones, each rejected (figures in the test file and on the page):
     each micro-batch's own mean with nothing divided by the steps (what #7443's setup does: its loss grew with the
     accumulation steps; the same proposal in https://github.com/huggingface/transformers/issues/35203, "should use num
-    items in micro-batch instead of num items in batch"): every gradient about `steps` x too large and still
-    misweighted; `num_items_in_batch` divided by the steps (https://github.com/huggingface/transformers/pull/35210,
+    items in micro-batch instead of num items in batch"): exactly `steps` (4) x the buggy gradients, 3.1-3.3x their
+    norm away from the reference's, and the logged loss 4x (17.25 for 4.31), as #7443's table grows with the steps; `num_items_in_batch` divided by the steps (https://github.com/huggingface/transformers/pull/35210,
     "`num_items_in_batch` should divided by `gradient_accumulation_steps`", closed unmerged): the weighting right, every
-    gradient exactly `steps` x too large; and a mean per sequence averaged over the sequences (a generic attempt, not
-    from the threads): every sequence weighs the same, short answers more than ever. Its cost: the same forwards and
+    gradient exactly `steps` x the reference's (3.0x its norm away), the loss 4x; and a mean per sequence averaged over the sequences (a generic attempt, not
+    from the threads): every sequence weighs the same, short answers more than ever: 71-96% off (what the buggy code gives at 1 x 16). Its cost: the same forwards and
     backwards as the buggy loop and one sum over the window's labels; against the buggy loop 1.00x (budget 1.15).
     The slow control, correct: each sequence through the model alone (a batch of 1, the count as the fix's): the
     work of 16 forwards and backwards instead of 4.
