@@ -31,7 +31,7 @@ Fidelity: faithful in the arithmetic that fails: a causal LM's loss as transform
     Synthetic: the model, a tiny causal LM standing in for Llama/LLaVA (an embedding, a causal prefix-mean mixing
     layer with tanh, an untied LM head; 64-token vocabulary, hidden 32), the token ids, prompt and response lengths
     (seeded draws, response lengths from 1 to 26 tokens as varying SFT answers, every sequence padded to 32), the
-    sizes (micro-batch 4 x accumulation 4 = 16 sequences; the threads run 1 x 32, 16 x 2 and 1 x 32), no optimizer step
+    sizes (micro-batch 4 x accumulation 4 = 16 sequences; the threads run 1 x 32 against 32 x 1, #34191, and 16 x 2 to 1 x 32, #7443), no optimizer step
     (the accumulated gradients are what the step would use) and no distributed ranks. The output is what one
     accumulation window leaves: the loss the Trainer logs for it and every parameter's gradient.
 
