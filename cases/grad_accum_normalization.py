@@ -94,7 +94,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.cases import WrongResult
-from harness.compare import training_outputs
+from harness.measure.compare import training_outputs
 from harness.triage import Sign, TriageSigns
 
 IGNORE_INDEX = -100  # transformers' and torch's ignore_index: padding and prompt tokens carry no loss
@@ -105,16 +105,59 @@ symptoms = {"cpu": WrongResult(), "cuda": WrongResult()}  # nothing printed: the
 # gradient norm) moves with the accumulation steps at a fixed effective batch, accumulation not matching the full
 # batch, the mean of per-micro-batch means. Not a loss that is merely high, nor accumulation's other complaints
 # (no_sync in DDP, fp16 accumulation in FSDP-1, BatchNorm statistics).
-triage_signs = TriageSigns(needs_context=True, signs=(
-    Sign("failure", r"(?i)\b(?:loss|gradients?|grad(?:ient)?[_ ]norm)\w*\b.{0,80}\b(?:scaled?|scales|increases?|grows?|changes?|differs?|different|depends?|varies|inconsistent|proportional|moves?|goes up|jumps?|gets? (?:larger|bigger|higher))\b.{0,60}\b(?:gradient[_ ]accumulation\w*|grad[_ ]acc\w*|accumulation[_ ]steps?|GA)\b", 0.45, "the loss or the gradient moves with the accumulation steps"),
-    Sign("failure", r"(?i)\b(?:gradient[_ ]accumulation\w*|grad[_ ]acc\w*|accumulation[_ ]steps?|GA)\b.{0,80}\b(?:loss|gradients?|grad(?:ient)?[_ ]norm)\w*\b.{0,40}\b(?:scaled?|scales|increases?|grows?|changes?|differs?|different|inconsistent|proportional|goes up|jumps?|higher|larger|haywire|not (?:the )?same|does ?n[o']t match|mismatch)", 0.45, "with more accumulation steps the loss or the gradient changes"),
-    Sign("failure", r"(?i)(?:not|n't|never|supposed to be) (?:\w+ ){0,3}(?:equivalent|equal|the same|match\w*)\b.{0,60}\b(?:full|larger|bigger|same|effective|equivalent|combined) batch|\b(?:full|effective|equivalent) batch.{0,60}\b(?:not|n't) (?:\w+ ){0,2}(?:equivalent|equal|the same|match)|\b(?:worse|different) (?:results? )?than (?:the )?(?:equivalent|same|full|larger) batch", 0.4, "accumulation does not give what the full (effective) batch gives"),
-    Sign("failure", r"(?i)\(x1 / n1\) \+ \(x2 / n2\) != \(x1 \+ x2\) / \(n1 \+ n2\)|\bmean of (?:the )?(?:per[- ]\w+ )?means\b|short(?:er)? (?:sequences|samples|examples|answers) (?:weigh|get|have|count)|(?:averag|divid|normaliz|normalis)\w* (?:\w+ ){0,4}by (?:the )?(?:number of )?(?:gradient accumulation|accumulation|grad accum) steps.{0,80}\b(?:tokens?|padding|wrong|incorrect)|(?:averag|divid|normaliz|normalis)\w* (?:\w+ ){0,3}(?:each|every|per) (?:gradient accumulation|accumulation|micro-?batch|mini-?batch) step.{0,40}\b(?:wrong|incorrect|biased)|(?:normaliz|normalis|divid)\w*\b.{0,80}number of tokens? (?:of|in) (?:each|the|a) (?:mini|micro)-?batch", 0.4, "the loss is normalised per micro-batch and by the steps, not by the window's tokens"),
-    Sign("context", r"(?i)gradient[_ ]accumulation(?:_steps)?|grad[_ ]accum\w*|accumulation[_ ]steps?|\bga ?= ?\d+", 0.35, "gradient accumulation in play"),
-    Sign("context", r"(?i)num_items_in_batch|model_accepts_loss_kwargs|loss_kwargs|non[- ]?padd(?:ed|ing) tokens|-100\b|ignore_index|token[- ]level|per[- ]token|tokens? count|number of tokens|\d+ tokens\b|reduction ?= ?.sum", 0.3, "token-level normalisation: the count of trained tokens, labels of -100"),
-    Sign("support", r"(?i)per_device_train_batch_size|\bbsz? ?= ?\d+|batch size|micro[- ]?batch", 0.1, "the micro-batch size against which the accumulation is set"),
-    Sign("veto", r"(?i)\bno_sync\b|FSDP-?1 only allows accumulation|accumulat\w* in (?:16-bit|bf16|fp16|half)|BatchNorm|running (?:mean|var)|Attempting to unscale|not unscaled|MixedPrecision Callback|to_fp16\(", 0, "another accumulation problem: DDP's gradient sync, accumulation in 16-bit precision, BatchNorm statistics per micro-batch, or the AMP loss scale"),
-))
+triage_signs = TriageSigns(
+    needs_context=True,
+    signs=(
+        Sign(
+            "failure",
+            r"(?i)\b(?:loss|gradients?|grad(?:ient)?[_ ]norm)\w*\b.{0,80}\b(?:scaled?|scales|increases?|grows?|changes?|differs?|different|depends?|varies|inconsistent|proportional|moves?|goes up|jumps?|gets? (?:larger|bigger|higher))\b.{0,60}\b(?:gradient[_ ]accumulation\w*|grad[_ ]acc\w*|accumulation[_ ]steps?|GA)\b",
+            0.45,
+            "the loss or the gradient moves with the accumulation steps",
+        ),
+        Sign(
+            "failure",
+            r"(?i)\b(?:gradient[_ ]accumulation\w*|grad[_ ]acc\w*|accumulation[_ ]steps?|GA)\b.{0,80}\b(?:loss|gradients?|grad(?:ient)?[_ ]norm)\w*\b.{0,40}\b(?:scaled?|scales|increases?|grows?|changes?|differs?|different|inconsistent|proportional|goes up|jumps?|higher|larger|haywire|not (?:the )?same|does ?n[o']t match|mismatch)",
+            0.45,
+            "with more accumulation steps the loss or the gradient changes",
+        ),
+        Sign(
+            "failure",
+            r"(?i)(?:not|n't|never|supposed to be) (?:\w+ ){0,3}(?:equivalent|equal|the same|match\w*)\b.{0,60}\b(?:full|larger|bigger|same|effective|equivalent|combined) batch|\b(?:full|effective|equivalent) batch.{0,60}\b(?:not|n't) (?:\w+ ){0,2}(?:equivalent|equal|the same|match)|\b(?:worse|different) (?:results? )?than (?:the )?(?:equivalent|same|full|larger) batch",
+            0.4,
+            "accumulation does not give what the full (effective) batch gives",
+        ),
+        Sign(
+            "failure",
+            r"(?i)\(x1 / n1\) \+ \(x2 / n2\) != \(x1 \+ x2\) / \(n1 \+ n2\)|\bmean of (?:the )?(?:per[- ]\w+ )?means\b|short(?:er)? (?:sequences|samples|examples|answers) (?:weigh|get|have|count)|(?:averag|divid|normaliz|normalis)\w* (?:\w+ ){0,4}by (?:the )?(?:number of )?(?:gradient accumulation|accumulation|grad accum) steps.{0,80}\b(?:tokens?|padding|wrong|incorrect)|(?:averag|divid|normaliz|normalis)\w* (?:\w+ ){0,3}(?:each|every|per) (?:gradient accumulation|accumulation|micro-?batch|mini-?batch) step.{0,40}\b(?:wrong|incorrect|biased)|(?:normaliz|normalis|divid)\w*\b.{0,80}number of tokens? (?:of|in) (?:each|the|a) (?:mini|micro)-?batch",
+            0.4,
+            "the loss is normalised per micro-batch and by the steps, not by the window's tokens",
+        ),
+        Sign(
+            "context",
+            r"(?i)gradient[_ ]accumulation(?:_steps)?|grad[_ ]accum\w*|accumulation[_ ]steps?|\bga ?= ?\d+",
+            0.35,
+            "gradient accumulation in play",
+        ),
+        Sign(
+            "context",
+            r"(?i)num_items_in_batch|model_accepts_loss_kwargs|loss_kwargs|non[- ]?padd(?:ed|ing) tokens|-100\b|ignore_index|token[- ]level|per[- ]token|tokens? count|number of tokens|\d+ tokens\b|reduction ?= ?.sum",
+            0.3,
+            "token-level normalisation: the count of trained tokens, labels of -100",
+        ),
+        Sign(
+            "support",
+            r"(?i)per_device_train_batch_size|\bbsz? ?= ?\d+|batch size|micro[- ]?batch",
+            0.1,
+            "the micro-batch size against which the accumulation is set",
+        ),
+        Sign(
+            "veto",
+            r"(?i)\bno_sync\b|FSDP-?1 only allows accumulation|accumulat\w* in (?:16-bit|bf16|fp16|half)|BatchNorm|running (?:mean|var)|Attempting to unscale|not unscaled|MixedPrecision Callback|to_fp16\(",
+            0,
+            "another accumulation problem: DDP's gradient sync, accumulation in 16-bit precision, BatchNorm statistics per micro-batch, or the AMP loss scale",
+        ),
+    ),
+)
 
 compiled_unit = (
     "the accumulation window as a user compiles a training step: each micro-batch's forward and loss (dynamo breaks the "

@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 from cases import grad_accum_normalization as case
 from harness.cases import CASE_CONFIG_DIR
-from harness.compare import compare
+from harness.measure.compare import compare
 from tests.fixes.alternatives.grad_accum_normalization import grad_accum_normalization as alternative
 
 CFG = OmegaConf.load(CASE_CONFIG_DIR / "grad_accum_normalization.yaml")
@@ -95,7 +95,9 @@ def test_a_mean_per_sequence_differs_more_than_the_buggy_code(x):
     assert min(relative(case.mean_per_sequence(x), want).values()) > max(relative(case.buggy(x), want).values())  # 71-96% vs 27-29%
 
 
-@pytest.mark.parametrize("function", [case.fixed, alternative, case.one_sequence_at_a_time], ids=["fixed", "alternative", "one_sequence_at_a_time"])
+@pytest.mark.parametrize(
+    "function", [case.fixed, alternative, case.one_sequence_at_a_time], ids=["fixed", "alternative", "one_sequence_at_a_time"]
+)
 def test_the_fixes_match_the_reference_on_other_seeds(function):
     for seed in (1, 2, 3):
         x = case.make_inputs(OmegaConf.merge(CFG, {"seed": seed}), "cpu")

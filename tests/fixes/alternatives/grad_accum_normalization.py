@@ -3,7 +3,7 @@
 import torch
 
 from cases.grad_accum_normalization import IGNORE_INDEX, causal_lm_loss
-from harness.compare import training_outputs
+from harness.measure.compare import training_outputs
 
 
 def grad_accum_normalization(x):
