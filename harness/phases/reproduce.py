@@ -8,13 +8,13 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
-from harness.cases import Growth, Slow, Warns, WrongResult, load_case, symptom_on
+from harness.cases import Growth, Slow, Symptom, Warns, WrongResult, load_case, symptom_on
 from harness.measure.compare import compare, tolerance_of
 from harness.phases.common import BUGGY, Settings, abnormal, call, compiled_for, difference, record_of, tolerance_text
 from harness.phases.memory import reproduce_growth
@@ -23,17 +23,26 @@ from harness.process.isolate import ChildResult, Failure, run_isolated
 from harness.records import PhaseRecord
 
 
+@dataclass(frozen=True)
+class Kind:
+    """How reproduce judges one kind of failure (harness/cases.py): `judge(symptom, case, cfg, settings, result)`;
+    `returns`: the buggy child is expected to return (its output and warnings are kept); `in_child`: buggy runs in a
+    child of this phase first (a `Growth` is measured by the memory protocol instead)."""
+
+    judge: Callable[..., PhaseRecord]
+    returns: bool = False
+    in_child: bool = True
+
+
 def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
-    if isinstance(symptom, Growth):
-        return reproduce_growth(case, cfg, settings)
-    result = run_isolated(
-        _reproduce_in_child, cfg, settings.device, isinstance(symptom, (WrongResult, Warns, Slow)), timeout_s=settings.timeout_s
-    )
-    if isinstance(symptom, Slow):
-        return reproduce_slow(symptom, cfg, settings, result)
-    if isinstance(symptom, (WrongResult, Warns)):
-        return reproduce_silent(symptom, cfg, result)
+    kind = next(KINDS[cls] for cls in type(symptom).__mro__ if cls in KINDS)
+    result = run_isolated(_reproduce_in_child, cfg, settings.device, kind.returns, timeout_s=settings.timeout_s) if kind.in_child else None
+    return kind.judge(symptom, case, cfg, settings, result)
+
+
+def reproduce_raised(symptom: Symptom, case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
+    """A failure that raises (`Symptom`): the error, where, and what it printed, against the device's symptom."""
     if compile_axis.mode_of(cfg) != "off":
         return reproduce_compiled(case, cfg, settings, result)
     if result.status != "returned":
@@ -69,7 +78,9 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
     return record_of("reproduce", "reproduced", True, failure.headline, result, figures)
 
 
-def reproduce_silent(symptom: WrongResult | Warns, cfg: DictConfig, result: ChildResult) -> PhaseRecord:
+def reproduce_silent(
+    symptom: WrongResult | Warns, case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult
+) -> PhaseRecord:
     """A failure that raises nothing, eager or compiled alike: `buggy`'s output against the reference (`WrongResult`:
     wrong_result when it differs beyond the tolerance), or the warning it issued (`Warns`: warned).
     Every warning the call issued is kept verbatim; an error is `wrong_failure`."""
@@ -276,7 +287,7 @@ def _reproduce_in_child(cfg: DictConfig, device: str, silent: bool) -> dict[str,
     return vars(seen)
 
 
-def reproduce_slow(symptom: Slow, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
+def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
     """A failure that is time (`Slow`): `buggy` must return the reference's output (else wrong_failure); then it is
     timed against the symptom's baseline by the speed phase's protocol (harness/phases/speed.py) on the speed inputs:
     `slow` when the ratio's interval lies above `at_least`, with the lines torch logged and the graphs it compiled."""
@@ -370,3 +381,17 @@ def _first_matching_line(pattern: str, output: str) -> str | None:
 
 def _modes_text(symptom: Any) -> str:
     return "" if getattr(symptom, "modes", None) is None else f", under compile={'/'.join(symptom.modes)}"
+
+
+def _reproduce_growth(symptom: Growth, case: ModuleType, cfg: DictConfig, settings: Settings, result: None) -> PhaseRecord:
+    return reproduce_growth(case, cfg, settings)
+
+
+# One entry a kind of failure (harness/cases.py): a new kind adds its class there, its judge here.
+KINDS: dict[type, Kind] = {
+    Symptom: Kind(reproduce_raised),
+    WrongResult: Kind(reproduce_silent, returns=True),
+    Warns: Kind(reproduce_silent, returns=True),
+    Slow: Kind(reproduce_slow, returns=True),
+    Growth: Kind(_reproduce_growth, in_child=False),
+}
