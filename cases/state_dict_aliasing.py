@@ -79,15 +79,17 @@ from harness.triage import Sign, TriageSigns
 
 symptoms = {"cpu": WrongResult(), "cuda": WrongResult()}
 
-# Prose, not a log: nothing is printed. A kept `state_dict()` (best model, best weights) that changes with training,
-# or that equals the last epoch's; the cure named (deepcopy / clone of the state dict).
+# Prose, not a log: nothing is printed. What users write: that state_dict() hands out references, that the kept best
+# model (or state) keeps changing with training or equals the last one, that it is not a deep copy. Not a best model
+# that was never stored or never loaded (early stopping without a snapshot, the last epoch saved), nor a copy of a state
+# dict discussed where none is needed, nor a state dict that fails to load.
 triage_signs = TriageSigns(signs=(
-    Sign("failure", r"state_dict\(\)`? (?:only )?returns? (?:a |the )?references?|returns? a reference to the (?:dict|state)\b|reference to the state and not its copy", 0.8, "says that state_dict() hands out references, not copies"),
-    Sign("failure", r"best[ _](?:model|state|weights?|wts|params?)\w*`?,? (?:(?:is|are|was|were|will|keeps?|gets?|getting|always|being|changes?) ?)+(?:updated|overwritten|changed|changing|the same as the (?:newest|last|latest|current|final))", 0.7, "the kept best model changes with training, or equals the last one"),
-    Sign("failure", r"(?:deep ?copy|deepcopy)\(\s*(?:self\.)?[\w.]*state_dict\(\)\s*\)|state_dict\(\)\.copy\(\)|not (?:a |performing a )?deep ?copy|shallow copy", 0.5, "a deep copy of the state dict as the cure, or a shallow one as the cause"),
-    Sign("context", r"\bbest[ _](?:model|state|weights?|wts|epoch|val|acc|loss)\w*", 0.15, "a best checkpoint kept while training"),
+    Sign("failure", r"(?i)state_dict(?:\(\))?`? (?:only )?(?:returns?|stores?|gives?|holds?) (?:me )?(?:a |the )?references?\b|returns? a reference to the (?:dict|state)\b", 0.8, "says that state_dict() hands out references to the live tensors, not copies"),
+    Sign("failure", r"(?i)\bbest[ _]?(?:model|state|weights?|wts|params?|checkpoint)\w*`?,? (?:(?:is|are|was|were|will|keeps?|gets?|getting|always|being|be|still) )+(?:updated|overwritten|changed|changing|the same as the (?:newest|last|latest|current|final))|\bbest[ _]?\w*`? changes always to (?:the )?last|\b(?:model_)?state(?:_dict)?(?:\(\))?`?(?: object)? (?:keeps getting|gets|got|is getting|changes while|changes with) ?(?:updated|overwritten|changed|the model)?", 0.7, "the kept best model (a kept state) changes as training goes on, or equals the newest"),
+    Sign("failure", r"(?i)not (?:a |performing a )?\**deep\** ?copy|\bshallow copy", 0.5, "not a deep copy: the kept model or state shares its tensors with the one being trained"),
+    Sign("context", r"(?i)\bbest[ _]?(?:model|state|weights?|wts|epoch|params?|checkpoint)", 0.15, "a best model kept while training"),
     Sign("context", r"state_dict\(\)", 0.1, "a state dict in play"),
-    Sign("support", r"load_state_dict\(|early[ _]?stop|patience", 0.05, "the best state loaded back at the end, early stopping"),
+    Sign("support", r"(?i)deep ?copy\(`?(?:self\.)?[\w.]*state_dict\(\)`?\)", 0.2, "a deep copy of the state dict, the cure, named"),
     Sign("veto", r"Error\(s\) in loading state_dict|Missing key\(s\)|Unexpected key\(s\)|size mismatch for", 0, "a state dict that fails to load: its keys or shapes, another failure"),
 ))
 
