@@ -23,11 +23,12 @@ Fidelity: faithful in the loop and the model: PyPOTS 0.13's `BaseNNModel._train_
     decomposition by a replicate-padded moving average, a SAITS embedding of values and mask for seasonal and trend,
     BackboneDLinear's two Linear(n_steps, n_steps) over time initialised to 1/n_steps, the output Linear layers),
     SaitsLoss of MAE (ORT + MIT, weights 1), the validation metric MSE on the artificially masked values, PyPOTS's
-    Adam (lr 1e-3), batch 32, the training DataLoader shuffled. Synthetic: the data (seeded sums of two sinusoids with
-    random phases and periods plus noise, 48 steps x 6 features, 48 training and 32 validation series: few, so that
-    the validation metric turns up after its best epoch, as with "more epochs" in the thread), the artificial
+    Adam, batch 32, the training DataLoader shuffled. Synthetic: the data (seeded sums of two sinusoids with
+    random phases and periods plus noise, 48 steps x 6 features, 48 training and 32 validation series, d_model 32),
+    the learning rate (2e-2 for PyPOTS's 1e-3, so that the validation metric reaches its plateau, where it wavers and
+    patience stops the loop after its best epoch, in 40 epochs: "more epochs" in the thread), the artificial
     missingness (MCAR at rate 0.2, drawn with torch from a seed per epoch, where pygrinder's `mcar` draws from the
-    global generator at each fetch), no natural missingness, the weights' init (seeded), epochs 30 and patience 6,
+    global generator at each fetch), no natural missingness, the weights' init (seeded), epochs 40 and patience 6,
     and `torch.manual_seed(seed + epoch)` before each epoch so that the shuffle and the masks repeat in the
     reference. Outputs: every parameter of the model `fit` leaves, per name, and its imputation of the validation
     series (what `predict` returns).
@@ -36,9 +37,10 @@ Symptom on CUDA: the same, silent: `state_dict()` returns the parameters' own te
     on every device, and the optimizer's in-place steps write into them. Not run on a GPU here.
 
 Symptom on CPU: nothing raises or warns. The model fit returns is the last epoch's, not the best epoch's (torch
-    2.13.0, seed 0: the best validation MSE at epoch 12, training stopped by patience at 18; every one of the 14
-    parameter tensors differs from the best epoch's, by the six epochs' updates); the thread's words: "I got
-    different results even though the best model is at the same epoch."
+    2.13.0, seed 0: the best validation MSE at epoch 22, training stopped by patience at 28; every one of the 12
+    parameter tensors differs from the best epoch's, by the six epochs' updates: 7,729 of 15,148 floats beyond the
+    tolerance, relative error 0.36 on the seasonal backbone's weight and 0.105 over all, max |diff| 1.05 in the
+    imputation); the thread's words: "I got different results even though the best model is at the same epoch."
 
 Cause: `nn.Module.state_dict()` builds a new OrderedDict whose values are the parameters' and buffers' tensors
     themselves, detached but sharing storage (torch's docs: "Returns a dictionary containing references to the whole
@@ -54,11 +56,14 @@ Fix: PyPOTS #668's: `best_model_dict = deepcopy(self.model.state_dict())` at eac
     Wrong ones, each rejected, figures torch 2.13.0 on CPU, seed 0: `model.state_dict().copy()` (SMACT PR #601),
     `dict(model.state_dict())` and `copy.copy(model.state_dict())` (generic attempts, the shallow copies of the
     standard library) are new dicts over the same tensors: the model that fit returns is the last epoch's, the
-    same numbers as the buggy code's. `{k: v.detach() ...}` (a generic attempt: `detach()` is a view) the same.
+    same numbers as the buggy code's (equal to it bit for bit: 7,729 of 15,148 floats beyond the tolerance, relative
+    error 0.105, max |diff| 1.05). `{k: v.detach() ...}` (a generic attempt: `detach()` is a view) the same.
     Not tested as a bad fix: `{k: v.cpu() ...}`, which copies on CUDA and returns the same tensor on CPU.
-    Its cost: a deep copy of 17,412 parameters at each improvement, beside the epoch's training, 1.00-1.05x of the
-    same training keeping the live dict (budget 1.15). Correct but slow, the control: each snapshot copied element
-    by element, 3x and more.
+    Its cost: a deep copy of the 5,932 parameters at each of the 18 improvements, beside 28 epochs of training:
+    1.062x [0.984, 1.145] eager, 1.060x [0.987, 1.138] compiled, of the same fit keeping the live dict (budget 1.15;
+    a graded fix is a tie with `fixed`, judged against 1.25 on this loaded machine). Correct but slow, the control:
+    every epoch's state kept (a history of checkpoints, the best chosen at the end), each copied element by element,
+    4.7x in one process.
 
 Compiled: the model's `calc_criterion` compiled where the copy is made (compiles_itself), as a user would
     `torch.compile` the model's step; the loop, the snapshot and the load stay Python around it. The same silent
@@ -403,9 +408,19 @@ bad_fixes = {
 # -- slow fixes: correct, slower than the budget allows -------------------------------------------------------
 
 
-def element_by_element(x):
-    """Each snapshot copied one element at a time, every tensor rebuilt from its elements' clones."""
-    return fit(x, lambda model: {k: torch.stack([e.clone() for e in v.reshape(-1)]).reshape(v.shape) for k, v in model.state_dict().items()})
+def every_epoch_element_by_element(x):
+    """Every epoch's state kept (a history of checkpoints, the best chosen at the end), each copied one element at a
+    time: every tensor rebuilt from its elements' clones. Correct, and the same loop and stop as `fit`."""
+    model, criterion, optimizer = fresh_model(x)
+    history, metrics = [], []
+    for epoch in range(1, x.epochs + 1):
+        train_epoch(model, criterion, optimizer, x, epoch)
+        metrics.append(validation_metric(model, criterion, x))
+        history.append({k: torch.stack([e.clone() for e in v.reshape(-1)]).reshape(v.shape) for k, v in model.state_dict().items()})
+        if len(metrics) - 1 - metrics.index(min(metrics)) == x.patience:
+            break
+    model.load_state_dict(history[metrics.index(min(metrics))])
+    return fitted(model, x)
 
 
-slow_fixes = {"element_by_element": element_by_element}
+slow_fixes = {"every_epoch_element_by_element": every_epoch_element_by_element}
