@@ -43,7 +43,7 @@ Symptom on CPU: nothing raises or warns. The model fit returns is the last epoch
     imputation); the thread's words: "I got different results even though the best model is at the same epoch."
 
 Cause: `nn.Module.state_dict()` builds a new OrderedDict whose values are the parameters' and buffers' tensors
-    themselves, detached but sharing storage (torch's docs: "Returns a dictionary containing references to the whole
+    themselves, detached but sharing storage (torch's docstring: "Return a dictionary containing references to the whole
     state of the module"). The optimizer updates those tensors in place (`param.add_`, `addcdiv_`), so the dict kept
     at the best epoch shows every later step, and `load_state_dict` of it at the end copies the model onto itself.
 
