@@ -11,9 +11,11 @@ Upstream: https://github.com/WenjieDu/PyPOTS/issues/667 (PyPOTS 0.13, "Issue wit
     model.state_dict, so model parameters could change", first released in 0.14): `deepcopy(self.model.state_dict())`
     in base.py and in the loops of CRLI, VaDER, USGAN, GPT4TS and TimeLLM that copy base.py's. The same line stood in
     pypots/imputation/base.py from 0.2 (read in the tags here). The shallow `.copy()`:
-    https://github.com/WMD-group/SMACT/pull/601 (SMACT's ROOST training loop, `best_state_dict =
-    model.state_dict().copy()`, flagged in review as critical: "`.copy()` creates a shallow copy [...] the saved
-    "best" state will be overwritten by subsequent training").
+    https://github.com/WMD-group/SMACT/pull/601 (SMACT's ROOST training loop as first proposed, `best_state_dict =
+    model.state_dict().copy()`, which the review bot marked "Potential issue | Critical" after trying `.copy()` on a
+    Linear layer; changed within the PR by commit 28305765, 2026-02-27, "Deep copy state_dict when saving best model
+    to prevent tensor mutation", to `copy.deepcopy(model.state_dict())`; the bot's own conclusion is cut from the
+    part of the thread read here).
 
 Fidelity: faithful in the loop and the model: PyPOTS 0.13's `BaseNNModel._train_model` (train mode, zero_grad,
     `calc_criterion`, `loss.sum().backward()`, step; eval mode and no grad for the validation metric averaged over the
