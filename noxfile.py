@@ -65,7 +65,9 @@ DEVICE = "cpu"
 # The compile axis (harness/compiled.py): eager records in <case>/, compiled ones in <mode>/<case>/.
 # MATRIX_COMPILE=inductor runs one mode only; MATRIX_BENCHMARKS=0 skips the benchmarks (a re-run of one mode).
 COMPILE_MODES = [mode for mode in os.environ.get("MATRIX_COMPILE", "off,inductor").split(",") if mode]
-MATRIX_SPEED_MAX_S = 60  # the matrix's records must decide (at most 2% inconclusive): a speed verdict straddling its budget measures up to 60 s, not 20
+MATRIX_SPEED_MAX_S = (
+    60  # the matrix's records must decide (at most 2% inconclusive): a speed verdict straddling its budget measures up to 60 s, not 20
+)
 # MATRIX_CASES=a,b runs those cases only (new cases joining a matrix already run); every other case's records stay.
 MATRIX_CASES = [case for case in os.environ.get("MATRIX_CASES", "").split(",") if case]
 
@@ -93,12 +95,29 @@ def matrix(session: nox.Session, torch: str) -> None:
 def nightly(session: nox.Session) -> None:
     """Opt-in (not in `nox -s matrix`): the same run under today's nightly CPU build from NIGHTLY_INDEX."""
     started = time.perf_counter()
-    pip = ["python", "-m", "pip", "install", "--no-cache-dir", "--retries", "2", "--upgrade", "--pre", "torch", "--index-url", NIGHTLY_INDEX]
+    pip = [
+        "python",
+        "-m",
+        "pip",
+        "install",
+        "--no-cache-dir",
+        "--retries",
+        "2",
+        "--upgrade",
+        "--pre",
+        "torch",
+        "--index-url",
+        NIGHTLY_INDEX,
+    ]
     code, output = _run_tee(session, pip, None)
     installed = _installed_torch(session) if code == 0 else None
     if installed is None or not Version(installed).is_prerelease:  # reported, not a failed session
         errors = [line.strip() for line in output.splitlines() if line.startswith("ERROR")]
-        reason = (errors or [f"pip exit {code}"])[-1] if installed is None else f"no nightly there; pip took torch {installed} from its other sources"
+        reason = (
+            (errors or [f"pip exit {code}"])[-1]
+            if installed is None
+            else f"no nightly there; pip took torch {installed} from its other sources"
+        )
         _tell_workflow(install_error=reason)
         session.skip(f"nightly torch did not install from {NIGHTLY_INDEX}: {reason}")
     session.install("--no-cache-dir", "-e", ".[test]")  # keeps the nightly: a pre-release satisfies torch>=2.3
@@ -142,7 +161,16 @@ def _run_matrix(session: nox.Session, entry: str, version: str, install_s: float
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
         folder.mkdir(parents=True, exist_ok=True)
         cases = ",".join(MATRIX_CASES) if MATRIX_CASES else "glob(*)"
-        command = ["python", "-m", "harness", "-m", f"case={cases}", f"device={DEVICE}", f"compile={mode}", f"speed.max_s={MATRIX_SPEED_MAX_S}"]
+        command = [
+            "python",
+            "-m",
+            "harness",
+            "-m",
+            f"case={cases}",
+            f"device={DEVICE}",
+            f"compile={mode}",
+            f"speed.max_s={MATRIX_SPEED_MAX_S}",
+        ]
         command += [f"hydra.sweep.dir={folder}", "hydra.sweep.subdir=${case.name}", *session.posargs]  # one folder per case
         started = time.perf_counter()
         code, output = _run_tee(session, command, folder / "harness.log")
@@ -157,7 +185,11 @@ def _run_matrix(session: nox.Session, entry: str, version: str, install_s: float
             session.error(f"the harness broke under torch {installed}, compile={mode}: " + "; ".join(problems))
     if os.environ.get("MATRIX_BENCHMARKS") == "0":
         _write_cost(out, cost)
-        session.log(f"torch {installed}: " + ", ".join(f"compile={mode} harness exit {cost[f'harness{_key(mode)}_exit']}" for mode in COMPILE_MODES) + "; benchmarks skipped (MATRIX_BENCHMARKS=0)")
+        session.log(
+            f"torch {installed}: "
+            + ", ".join(f"compile={mode} harness exit {cost[f'harness{_key(mode)}_exit']}" for mode in COMPILE_MODES)
+            + "; benchmarks skipped (MATRIX_BENCHMARKS=0)"
+        )
         return
 
     started, saved_after = time.perf_counter(), time.time()
@@ -176,7 +208,10 @@ def _run_matrix(session: nox.Session, entry: str, version: str, install_s: float
     cost["benchmark_file"] = str(saves[0]) if saves else None
     _write_cost(out, cost)
 
-    runs = ", ".join(f"harness{'' if mode == 'off' else ' ' + mode} exit {cost[f'harness{_key(mode)}_exit']} in {cost[f'harness{_key(mode)}_s']} s" for mode in COMPILE_MODES)
+    runs = ", ".join(
+        f"harness{'' if mode == 'off' else ' ' + mode} exit {cost[f'harness{_key(mode)}_exit']} in {cost[f'harness{_key(mode)}_s']} s"
+        for mode in COMPILE_MODES
+    )
     summary = f"torch {installed}: {runs}, pytest exit {pytest_exit} in {cost['benchmark_s']} s"
     for miss in cost["not_ok"]:
         summary += f"\n  not ok: {miss['case']} {miss['phase']} {miss['status']}: {miss['message'][:200]}"
@@ -263,7 +298,9 @@ def _phases_not_ok(out: Path, mode: str = "off", cases: list[str] | None = None)
         for phase in record["phases"]:
             if not phase["ok"]:
                 message = re.sub(r"\s+", " ", phase["message"])
-                missed.append({"case": record["case"], "compile": mode, "phase": phase["phase"], "status": phase["status"], "message": message})
+                missed.append(
+                    {"case": record["case"], "compile": mode, "phase": phase["phase"], "status": phase["status"], "message": message}
+                )
     return missed
 
 
@@ -288,7 +325,10 @@ def _write_cost(out: Path, cost: dict) -> None:
     if MATRIX_CASES and earlier:
         ran = set(COMPILE_MODES)
         kept = [miss for miss in earlier.get("not_ok", []) if miss.get("case") not in MATRIX_CASES or miss.get("compile", "off") not in ran]
-        partial = {"cases": MATRIX_CASES, **{key: value for key, value in cost.items() if key.startswith("harness") or key in ("source_digest", "torch_installed")}}
+        partial = {
+            "cases": MATRIX_CASES,
+            **{key: value for key, value in cost.items() if key.startswith("harness") or key in ("source_digest", "torch_installed")},
+        }
         cost = {**earlier, "not_ok": kept + cost.get("not_ok", []), "partial_runs": [*earlier.get("partial_runs", []), partial]}
     elif set(COMPILE_MODES) != {"off", "inductor"} and earlier:
         ran = set(COMPILE_MODES)
@@ -317,7 +357,11 @@ def speechbrain(session: nox.Session, torch: str, speechbrain: str) -> None:
     session.install("--no-cache-dir", f"torch=={torch}", f"torchaudio=={torch}", f"speechbrain=={speechbrain}", *numpy, "-e", ".[test]")
     out = RESULTS / "speechbrain" / f"torch-{torch}-speechbrain-{speechbrain}.xml"
     out.parent.mkdir(parents=True, exist_ok=True)
-    code = _run_tee(session, ["python", "-m", "pytest", "tests/test_autocast_device.py", "-q", "-rs", f"--junitxml={out}", "-p", "no:cacheprovider"], None)[0]
+    code = _run_tee(
+        session,
+        ["python", "-m", "pytest", "tests/test_autocast_device.py", "-q", "-rs", f"--junitxml={out}", "-p", "no:cacheprovider"],
+        None,
+    )[0]
     if code != 0:
         session.error(f"speechbrain {speechbrain} with torch {torch}: pytest exit {code}")
 
@@ -355,8 +399,25 @@ def slurm(session: nox.Session) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="nox-slurm-"))
     sweep = ROOT / "multirun" / "slurm" / time.strftime("%Y-%m-%d_%H-%M-%S")
     sweep.mkdir(parents=True)
-    command = ["bash", SLURM_SCRIPT, "run", "--", "python", "-m", "harness", "-m", "case=glob(*)", f"device={DEVICE}", "hydra/launcher=slurm_local"]
-    command += [f"hydra.launcher.cpus_per_task={os.cpu_count()}", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${case.name}", *session.posargs]
+    command = [
+        "bash",
+        SLURM_SCRIPT,
+        "run",
+        "--",
+        "python",
+        "-m",
+        "harness",
+        "-m",
+        "case=glob(*)",
+        f"device={DEVICE}",
+        "hydra/launcher=slurm_local",
+    ]
+    command += [
+        f"hydra.launcher.cpus_per_task={os.cpu_count()}",
+        f"hydra.sweep.dir={sweep}",
+        "hydra.sweep.subdir=${case.name}",
+        *session.posargs,
+    ]
     session.env["SLURM_LOCAL_STATE"] = str(scratch / "cluster")  # one job at a time: every CPU each, as the speed phase wants
     started = time.perf_counter()
     code, output = _run_tee(session, command, sweep / "harness.log")
@@ -371,12 +432,26 @@ def slurm(session: nox.Session) -> None:
         if not job or (record and record["environment"].get("slurm", {}).get("job") != job):
             problems.append(f"{case}: no SLURM job id in its exit status and record ({job!r})")
         jobs[case] = job
-    session.log(f"sweep through SLURM: harness exit {code} in {sweep_s:.0f} s; jobs " + ", ".join(f"{case} {job}" for case, job in jobs.items()))
+    session.log(
+        f"sweep through SLURM: harness exit {code} in {sweep_s:.0f} s; jobs " + ", ".join(f"{case} {job}" for case, job in jobs.items())
+    )
     for miss in _phases_not_ok(sweep):
         session.log(f"  not ok (reported, not a failure): {miss['case']} {miss['phase']} {miss['status']}: {miss['message'][:200]}")
 
     del session.env["SLURM_LOCAL_STATE"]
-    tests = ["python", "-m", "pytest", "-m", "slurm", "tests/test_slurm.py", "-q", "-rs", "-p", "no:cacheprovider", f"--basetemp={scratch / 'pytest'}"]
+    tests = [
+        "python",
+        "-m",
+        "pytest",
+        "-m",
+        "slurm",
+        "tests/test_slurm.py",
+        "-q",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+        f"--basetemp={scratch / 'pytest'}",
+    ]
     pytest_exit = _run_tee(session, tests, None)[0]  # its own cluster, started and stopped by the test module
     if pytest_exit != 0:
         problems.append(f"tests/test_slurm.py: pytest exit {pytest_exit}")

@@ -62,15 +62,43 @@ symptoms = {  # torch 2.4.0 made autocast accept a device string with an index (
 compiled_unit = "the Brain's training step (`fit_batch`): forward under autocast, the loss and the backward"
 
 # A device string ("cuda:0", "mps") or a non-type handed to torch.autocast where a device type belongs.
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"unsupported autocast device_type", 0.9, "torch.autocast refused its device_type"),
-    Sign("failure", r"autocast device_type must be", 0.9, "torch.autocast refused its device_type (the wording of torch 1.10 to 2.0: 'must be 'cuda' or 'cpu'')"),
-    Sign("failure", r"device type at start of device string", 0.35, "a device string that is not a device (e.g. '0' from `device[-1]`)"),
-    Sign("failure", r"Invalid device string: '\d+'", 0.35, "a device string that is only an index ('0' from `device[-1]`), in torch >= 2.4's words"),
-    Sign("failure", r"has no attribute 'device_type'", 0.35, "an object built without a device type (speechbrain 1.1.0 on cpu:0 / mps / xpu)"),
-    Sign("context", r"autocast_mode\.py.*\bin __init__\b|autocast\(device_type=|with torch\.autocast\(|amp\.autocast_mode\.autocast\(", 0.4, "raised where torch.autocast is built"),
-    Sign("context", r"TorchAutocast|speechbrain/", 0.2, "SpeechBrain's autocast wrapper"),
-))
+triage_signs = TriageSigns(
+    family="torch.autocast refusing its device_type",
+    cause="a device string with an index ('cuda:0') passed as autocast's device_type, which takes a type ('cuda')",
+    confirm="the device_type in the torch.autocast call is a device with an index, or a variable holding one",
+    also="an unknown device type string ('gpu', 'auto'), or a torch too old for the device (mps, xpu)",
+    signs=(
+        Sign("failure", r"unsupported autocast device_type", 0.9, "torch.autocast refused its device_type"),
+        Sign(
+            "failure",
+            r"autocast device_type must be",
+            0.9,
+            "torch.autocast refused its device_type (the wording of torch 1.10 to 2.0: 'must be 'cuda' or 'cpu'')",
+        ),
+        Sign(
+            "failure", r"device type at start of device string", 0.35, "a device string that is not a device (e.g. '0' from `device[-1]`)"
+        ),
+        Sign(
+            "failure",
+            r"Invalid device string: '\d+'",
+            0.35,
+            "a device string that is only an index ('0' from `device[-1]`), in torch >= 2.4's words",
+        ),
+        Sign(
+            "failure",
+            r"has no attribute 'device_type'",
+            0.35,
+            "an object built without a device type (speechbrain 1.1.0 on cpu:0 / mps / xpu)",
+        ),
+        Sign(
+            "context",
+            r"autocast_mode\.py.*\bin __init__\b|autocast\(device_type=|with torch\.autocast\(|amp\.autocast_mode\.autocast\(",
+            0.4,
+            "raised where torch.autocast is built",
+        ),
+        Sign("context", r"TorchAutocast|speechbrain/", 0.2, "SpeechBrain's autocast wrapper"),
+    ),
+)
 
 
 class Inputs(NamedTuple):
@@ -235,4 +263,6 @@ def batch_through_the_host(x):
     return dtype_code(inside, x), dtype_code(outside, x), loss, grad
 
 
-slow_fixes = {"batch_through_the_host": batch_through_the_host}  # judged where a budget is set: on CUDA (fixed low-precision step / float32 step)
+slow_fixes = {
+    "batch_through_the_host": batch_through_the_host
+}  # judged where a budget is set: on CUDA (fixed low-precision step / float32 step)

@@ -77,15 +77,65 @@ symptoms = {
 # Autograd reaching a graph an earlier backward freed is common to many bugs (a loss backwarded twice, a tensor built
 # once outside the loop, a GAN's D step reusing G's output): the failure names this case only beside a state carried
 # from one step's graph into the next (an RNN's hidden state, a model attribute holding it, truncated BPTT).
-triage_signs = TriageSigns(needs_context=True, signs=(
-    Sign("failure", r"Trying to backward through the graph a second time", 0.6, "autograd reached a graph whose saved tensors an earlier backward freed"),
-    Sign("context", r"\b(?:init_hidden|repackage_hidden|detach_hidden|reset_hidden|h_state|hidden_state|self\.hidden|self\.hx)\b|\bhidden *=", 0.4, "a hidden state kept from one batch to the next (init_hidden, repackage_hidden, self.hidden)"),
-    Sign("context", r"\b(?:truncated (?:BPTT|backprop\w*)|[Tt]?BPTT)\b|hidden states? (?:for|of) all|resets? (?:the )?hidden", 0.4, "truncated backpropagation through time, or a recurrent state reset between batches"),
-    Sign("context", r"\bnn\.(?:LSTM|GRU|RNN)\b|\b(?:LSTM|GRU|RNN)(?:Cell)?\(|\b_LSTM\b", 0.3, "a recurrent layer, whose returned state is what gets carried into the next batch"),
-    Sign("context", r"retain_graph=True.{0,40}(?:OOM|out of memory|more memory|memory blow)|(?:OOM|out of memory|more memory).{0,40}retain_graph", 0.3, "retain_graph=True made memory grow: every step's graph was kept, as a state carried across steps keeps it"),
-    Sign("context", r"cases/backward_twice\.py", 0.3, "this harness's own reproduction in the frames (a reproduce record pasted back): its traceback shows only `loss.backward()`, as a user's does"),
-    Sign("veto", r"\b(?:netD|netG|[Dd]iscriminator|backward_[DG]|loss_[DG]|[DGdg]_loss|optimizer_?[DG]|opt_?[DG])\b", 0, "a GAN's generator and discriminator steps: a second backward through G's output, not a carried hidden state"),
-))
+triage_signs = TriageSigns(
+    family="a backward through a graph whose saved tensors an earlier backward freed",
+    cause="a recurrent hidden state carried from one batch into the next without .detach()",
+    confirm="a state (hidden, memory, a running value) kept across iterations and fed to the next forward without .detach(): the case's fix is `hidden = hidden.detach()` each batch",
+    also="two backwards through one graph: a GAN's G and D steps on one output, two losses sharing a subgraph without retain_graph, a tensor computed once outside the loop and reused every step",
+    needs_context=True,
+    signs=(
+        Sign(
+            "failure",
+            r"Trying to backward through the graph a second time",
+            0.6,
+            "autograd reached a graph whose saved tensors an earlier backward freed",
+            family=True,
+        ),
+        Sign(
+            "failure",
+            r"[Ss]pecify retain_graph=True (?:if|when) you need to backward through the graph a second time|saved tensors after (?:calling backward|they have already been freed)",
+            0.6,
+            "the same error's second half (the advice to pass retain_graph=True), where its first line was cut or wrapped",
+            family=True,
+        ),
+        Sign(
+            "context",
+            r"\b(?:init_hidden|repackage_hidden|detach_hidden|reset_hidden|h_state|hidden_state|self\.hidden|self\.hx)\b|\bhidden *=",
+            0.4,
+            "a hidden state kept from one batch to the next (init_hidden, repackage_hidden, self.hidden)",
+        ),
+        Sign(
+            "context",
+            r"\b(?:truncated (?:BPTT|backprop\w*)|[Tt]?BPTT)\b|hidden states? (?:for|of) all|resets? (?:the )?hidden",
+            0.4,
+            "truncated backpropagation through time, or a recurrent state reset between batches",
+        ),
+        Sign(
+            "context",
+            r"\bnn\.(?:LSTM|GRU|RNN)\b|\b(?:LSTM|GRU|RNN)(?:Cell)?\(|\b_LSTM\b",
+            0.3,
+            "a recurrent layer, whose returned state is what gets carried into the next batch",
+        ),
+        Sign(
+            "context",
+            r"retain_graph=True.{0,40}(?:OOM|out of memory|more memory|memory blow)|(?:OOM|out of memory|more memory).{0,40}retain_graph",
+            0.3,
+            "retain_graph=True made memory grow: every step's graph was kept, as a state carried across steps keeps it",
+        ),
+        Sign(
+            "context",
+            r"cases/backward_twice\.py",
+            0.3,
+            "this harness's own reproduction in the frames (a reproduce record pasted back): its traceback shows only `loss.backward()`, as a user's does",
+        ),
+        Sign(
+            "against",
+            r"\b(?:netD|netG|[Dd]iscriminator|backward_[DG]|loss_[DG]|[DGdg]_loss|optimizer_?[DG]|opt_?[DG])\b",
+            0,
+            "a GAN's generator and discriminator steps: a second backward through G's output, not a carried hidden state",
+        ),
+    ),
+)
 
 compiled_unit = (
     "the RNN module, `torch.compile(rnn)`, as a user compiles a model; the loss's backward and Adam's step run around it. "
@@ -194,7 +244,11 @@ def reference(x):
     m = [s["exp_avg"].double() if s else torch.zeros_like(w) for s, w in zip(state, weights)]
     v = [s["exp_avg_sq"].double() if s else torch.zeros_like(w) for s, w in zip(state, weights)]
     t = int(state[0]["step"]) if state[0] else 0
-    h = x.h_state.detach().double().reshape(-1) if x.h_state is not None else torch.zeros(rnn.hidden_size, dtype=torch.float64, device=x.device)
+    h = (
+        x.h_state.detach().double().reshape(-1)
+        if x.h_state is not None
+        else torch.zeros(rnn.hidden_size, dtype=torch.float64, device=x.device)
+    )
     predictions = []
     for window in range(x.window, x.window + x.windows_per_call):
         steps = np.linspace(window * np.pi, (window + 1) * np.pi, x.time_step, dtype=np.float32)
@@ -217,7 +271,9 @@ def reference(x):
             weights[index] = weights[index] - x.lr / (1 - beta1**t) * m[index] / denom
         predictions.append(prediction.detach().reshape(1, x.time_step, 1))
     in_module_order = sorted(range(len(params)), key=lambda index: order[id(params[index])])
-    return tuple(p.float() for p in predictions) + (h.reshape(1, 1, -1).float(),) + tuple(weights[index].float() for index in in_module_order)
+    return (
+        tuple(p.float() for p in predictions) + (h.reshape(1, 1, -1).float(),) + tuple(weights[index].float() for index in in_module_order)
+    )
 
 
 def speed_baseline(x):

@@ -120,7 +120,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset
 
 from harness import compiled as compile_axis
 from harness.cases import Symptom
-from harness.compare import training_outputs
+from harness.measure.compare import training_outputs
 from harness.triage import Sign, TriageSigns
 
 symptoms = {
@@ -131,13 +131,52 @@ symptoms = {
 # F.batch_norm's check on a BatchNorm layer in training mode that sees one value per channel (a minibatch of one sample,
 # or of one sample of 1x1 features): the same text on every device. Not instance norm's check (old releases raised the
 # same words from F.instance_norm; newer ones say "spatial element"), nor a BatchNorm of the wrong width.
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"Expected more than 1 value per channel", 0.9, "F.batch_norm's check: a BatchNorm layer in training mode saw one value per channel, a minibatch of one sample"),
-    Sign("context", r"in _verify_batch_size\b|in batch_norm\b|batchnorm\.py|BatchNorm[123]d", 0.3, "raised in F.batch_norm, called by a BatchNorm layer"),
-    Sign("context", r"got input size (?:torch\.Size\()?\[1, \d+(?:, 1)*\]", 0.3, "the input is one sample: (1, C), or (1, C, 1, 1) after global pooling"),
-    Sign("support", r"drop_last|last (?:mini)?batch|Last batch will have a small size", 0.2, "the epoch's last, incomplete minibatch in play (scvi-tools >= 1.2 warns of it)"),
-    Sign("veto", r"in instance_norm\b|instancenorm\.py|F\.instance_norm\(", 0, "instance normalisation's check (one spatial element per instance), which old releases worded as batch norm's: not a minibatch of one"),
-))
+triage_signs = TriageSigns(
+    family="BatchNorm in training mode given one value per channel",
+    cause="a minibatch of one sample (the epoch's last, incomplete batch) reaching a BatchNorm layer in training mode",
+    confirm="the failing batch has one sample (input size (1, C) or (1, C, 1, 1)); drop_last=True or eval mode makes it pass",
+    also="a feature map pooled to 1x1 with batch size 1 at inference without model.eval()",
+    signs=(
+        Sign(
+            "failure",
+            r"Expected more than 1 value per channel",
+            0.9,
+            "F.batch_norm's check: a BatchNorm layer in training mode saw one value per channel, a minibatch of one sample",
+            family=True,
+        ),
+        Sign(
+            "failure",
+            r"\bin _verify_batch_size\b|raise ValueError\(f?\"Expected more than 1 value per channel",
+            0.5,
+            "the frame of F.batch_norm's check itself, where the log was cut before its message",
+            family=True,
+        ),
+        Sign(
+            "context",
+            r"in _verify_batch_size\b|in batch_norm\b|batchnorm\.py|BatchNorm[123]d",
+            0.3,
+            "raised in F.batch_norm, called by a BatchNorm layer",
+        ),
+        Sign(
+            "context",
+            r"got input size (?:torch\.Size\()?\[1, \d+(?:, 1)*\]",
+            0.3,
+            "the input is one sample: (1, C), or (1, C, 1, 1) after global pooling",
+        ),
+        Sign(
+            "support",
+            r"drop_last|last (?:mini)?batch|Last batch will have a small size",
+            0.2,
+            "the epoch's last, incomplete minibatch in play (scvi-tools >= 1.2 warns of it)",
+        ),
+        Sign(
+            "veto",
+            r"in instance_norm\b|instancenorm\.py|F\.instance_norm\(",
+            0,
+            "instance normalisation's check (one spatial element per instance), which old releases worded as batch norm's: not a minibatch of one",
+        ),
+    ),
+)
 
 compiled_unit = (
     "the scVI module, `torch.compile(module)` as a user compiles a model; the DataLoader, the backward and the "

@@ -117,26 +117,73 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from harness.cases import WrongResult
-from harness.compare import training_outputs
+from harness.measure.compare import training_outputs
 from harness.triage import Sign, TriageSigns
 
 NO_GRAD_WARNING = r"UserWarning: None of the inputs have requires_grad=True\. Gradients will be None"
 
-symptoms = {"cpu": WrongResult(warning=NO_GRAD_WARNING, modes=("off",)), "cuda": WrongResult(warning=NO_GRAD_WARNING, modes=("off",))}  # compiled, dynamo traces the checkpoint non-reentrant: every gradient
+symptoms = {
+    "cpu": WrongResult(warning=NO_GRAD_WARNING, modes=("off",)),
+    "cuda": WrongResult(warning=NO_GRAD_WARNING, modes=("off",)),
+}  # compiled, dynamo traces the checkpoint non-reentrant: every gradient
 
 # The reentrant checkpoint's own warning, placed by what makes it this failure: adapters (LoRA, PEFT) trained behind frozen
 # embeddings, or checkpointing named around it. Alone it is also printed where nothing inside the block is trained (a frozen
 # vision tower, a reference model's forward): too little to decide. An `element 0 of tensors does not require grad` after it
 # is the same cause with nothing trainable after the blocks (the raising form); without it, that error names no case.
-triage_signs = TriageSigns(needs_context=True, signs=(
-    Sign("failure", r"None of the inputs have requires_grad=True\. Gradients will be None", 0.45, "the reentrant checkpoint's check: no tensor input of a checkpointed block requires grad, so nothing inside it will get a gradient"),
-    Sign("failure", r"(?i)^(?=.*checkpoint).*\blora\w*\b.*(?:(?:not|never) (?:be(?:ing)? )?(?:trained|updated|changed?)|gradients? (?:is|are|will be) '?none'?)|(?:prevents?|blocks?) lora (?:weight )?updates", 0.45, "a user's words for the silence with checkpointing on: the LoRA weights never change, or their gradients are None"),
-    Sign("context", r"(?i)\b(?:lora|q?lora_[ab]|peft|get_peft_model|loraconfig|adapters?)\b|_with_peft\b", 0.35, "adapters are trained behind frozen embeddings: the parameters inside the checkpointed blocks that lose their gradients"),
-    Sign("context", r"(?i)gradient[_ ]checkpoint|use_reentrant", 0.25, "gradient checkpointing in play (the reentrant variant when use_reentrant is not passed)"),
-    Sign("support", r"(?i)enable_input_require_grads|make_inputs_require_grads?", 0.2, "the hook that makes the embedding output require grad, the reentrant variant's remedy"),
-    Sign("support", r"element 0 of tensors does not require grad and does not have a grad_fn", 0.15, "after the warning: nothing trainable after the checkpointed blocks reached the loss either, so the backward raises"),
-    Sign("veto", r"none of output has requires_grad=True, this checkpoint\(\) is not necessary", 0, "the reentrant checkpoint's backward raised because none of a block's outputs requires grad: a raise in the backward, not the silent loss of the gradients inside"),
-))
+triage_signs = TriageSigns(
+    family="a checkpointed block whose inputs do not require grad, so its parameters get no gradients",
+    cause="reentrant gradient checkpointing over frozen embeddings while adapters (LoRA) inside the blocks are trained",
+    confirm="the trainable parameters (adapters) sit inside checkpointed blocks whose input comes from a frozen layer; enable_input_require_grads() or use_reentrant=False fixes it",
+    also="checkpointing at evaluation or under torch.no_grad(), where no gradient is wanted (then the warning is harmless)",
+    needs_context=True,
+    signs=(
+        Sign(
+            "failure",
+            r"None of the inputs have requires_grad=True\. Gradients will be None",
+            0.45,
+            "the reentrant checkpoint's check: no tensor input of a checkpointed block requires grad, so nothing inside it will get a gradient",
+            family=True,
+        ),
+        Sign(
+            "failure",
+            r"(?i)^(?=.*checkpoint).*\blora\w*\b.*(?:(?:not|never) (?:be(?:ing)? )?(?:trained|updated|changed?)|gradients? (?:is|are|will be) '?none'?)|(?:prevents?|blocks?) lora (?:weight )?updates",
+            0.45,
+            "a user's words for the silence with checkpointing on: the LoRA weights never change, or their gradients are None",
+            family=True,
+        ),
+        Sign(
+            "context",
+            r"(?i)\b(?:lora|q?lora_[ab]|peft|get_peft_model|loraconfig|adapters?)\b|_with_peft\b",
+            0.35,
+            "adapters are trained behind frozen embeddings: the parameters inside the checkpointed blocks that lose their gradients",
+        ),
+        Sign(
+            "context",
+            r"(?i)gradient[_ ]checkpoint|use_reentrant",
+            0.25,
+            "gradient checkpointing in play (the reentrant variant when use_reentrant is not passed)",
+        ),
+        Sign(
+            "support",
+            r"(?i)enable_input_require_grads|make_inputs_require_grads?",
+            0.2,
+            "the hook that makes the embedding output require grad, the reentrant variant's remedy",
+        ),
+        Sign(
+            "support",
+            r"element 0 of tensors does not require grad and does not have a grad_fn",
+            0.15,
+            "after the warning: nothing trainable after the checkpointed blocks reached the loss either, so the backward raises",
+        ),
+        Sign(
+            "veto",
+            r"none of output has requires_grad=True, this checkpoint\(\) is not necessary",
+            0,
+            "the reentrant checkpoint's backward raised because none of a block's outputs requires grad: a raise in the backward, not the silent loss of the gradients inside",
+        ),
+    ),
+)
 
 compiled_unit = (
     "the training step as the Trainer runs it with `torch_compile=True`: the model's forward (the checkpointed layers "
@@ -194,7 +241,9 @@ class AddNorm(nn.Module):
 class Layer(nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.attention = nn.ModuleDict({"self": SelfAttention(c.hidden, c.heads, c.dropout), "output": AddNorm(c.hidden, c.hidden, c.eps, c.dropout)})
+        self.attention = nn.ModuleDict(
+            {"self": SelfAttention(c.hidden, c.heads, c.dropout), "output": AddNorm(c.hidden, c.hidden, c.eps, c.dropout)}
+        )
         self.intermediate = nn.Linear(c.hidden, c.intermediate)
         self.output = AddNorm(c.intermediate, c.hidden, c.eps, c.dropout)
 
@@ -230,7 +279,11 @@ class Embeddings(nn.Module):
     def forward(self, input_ids):
         mask = input_ids.ne(self.padding_idx).long()
         position_ids = torch.cumsum(mask, dim=1) * mask + self.padding_idx  # create_position_ids_from_input_ids
-        embeddings = self.word_embeddings(input_ids) + self.token_type_embeddings(torch.zeros_like(input_ids)) + self.position_embeddings(position_ids)
+        embeddings = (
+            self.word_embeddings(input_ids)
+            + self.token_type_embeddings(torch.zeros_like(input_ids))
+            + self.position_embeddings(position_ids)
+        )
         return self.dropout(self.LayerNorm(embeddings))
 
 
@@ -268,7 +321,9 @@ class RobertaLoraClassifier(nn.Module):
 
     def enable_input_require_grads(self):
         """transformers' PreTrainedModel.enable_input_require_grads: a forward hook, the embedding output requires grad."""
-        self._require_grads_hook = self.get_input_embeddings().register_forward_hook(lambda module, args, output: output.requires_grad_(True))
+        self._require_grads_hook = self.get_input_embeddings().register_forward_hook(
+            lambda module, args, output: output.requires_grad_(True)
+        )
 
     def disable_input_require_grads(self):
         self._require_grads_hook.remove()
@@ -305,7 +360,18 @@ class Inputs(NamedTuple):
 
 def make_inputs(cfg, device):
     sizes = cfg.sizes
-    c = Config(sizes.vocab, sizes.hidden, sizes.layers, sizes.heads, sizes.intermediate, sizes.positions, sizes.labels, cfg.pad_token_id, cfg.layer_norm_eps, 0.0)
+    c = Config(
+        sizes.vocab,
+        sizes.hidden,
+        sizes.layers,
+        sizes.heads,
+        sizes.intermediate,
+        sizes.positions,
+        sizes.labels,
+        cfg.pad_token_id,
+        cfg.layer_norm_eps,
+        0.0,
+    )
     torch.manual_seed(cfg.seed)  # nn.Linear / nn.Embedding draw from the global generator
     model = RobertaLoraClassifier(c)
     for module in model.modules():  # RobertaPreTrainedModel._init_weights
@@ -317,7 +383,9 @@ def make_inputs(cfg, device):
             module.weight.data[module.padding_idx].zero_()
     for layer in model.encoder.layer:  # get_peft_model: LoRA on PEFT's default targets for roberta
         attention = layer.attention["self"]
-        attention.query, attention.value = (LoraLinear(linear, sizes.lora_rank, cfg.lora_alpha, 0.0) for linear in (attention.query, attention.value))
+        attention.query, attention.value = (
+            LoraLinear(linear, sizes.lora_rank, cfg.lora_alpha, 0.0) for linear in (attention.query, attention.value)
+        )
         for lora in (attention.query, attention.value):
             nn.init.normal_(lora.lora_B.weight, std=cfg.initializer_range)  # synthetic: PEFT starts lora_B at zero
     for name, parameter in model.named_parameters():  # bias="none"; SEQ_CLS: the classifier in modules_to_save
@@ -389,13 +457,20 @@ def reference(x):
     ids, keep = x.input_ids, x.attention_mask.bool()
     pad = x.model.embeddings.padding_idx
     positions = torch.where(ids != pad, torch.cumsum((ids != pad).long(), 1) + pad, torch.full_like(ids, pad))
-    h = p["embeddings.word_embeddings.weight"][ids] + p["embeddings.token_type_embeddings.weight"][0] + p["embeddings.position_embeddings.weight"][positions]
+    h = (
+        p["embeddings.word_embeddings.weight"][ids]
+        + p["embeddings.token_type_embeddings.weight"][0]
+        + p["embeddings.position_embeddings.weight"][positions]
+    )
     h = layer_norm("embeddings.LayerNorm", h, eps)
     heads = x.model.encoder.layer[0].attention["self"].heads
     batch, tokens, hidden = h.shape
     for index in range(len(x.model.encoder.layer)):
         at = f"encoder.layer.{index}"
-        q, k, v = (projection(f"{at}.attention.self.{name}", h).view(batch, tokens, heads, -1).transpose(1, 2) for name in ("query", "key", "value"))
+        q, k, v = (
+            projection(f"{at}.attention.self.{name}", h).view(batch, tokens, heads, -1).transpose(1, 2)
+            for name in ("query", "key", "value")
+        )
         scores = (q @ k.transpose(-1, -2) / math.sqrt(hidden // heads)).masked_fill(~keep[:, None, None, :], -math.inf)
         weights = torch.exp(scores - scores.amax(-1, keepdim=True))
         context = ((weights / weights.sum(-1, keepdim=True)) @ v).transpose(1, 2).reshape(batch, tokens, hidden)

@@ -71,23 +71,84 @@ symptoms = {
 compiled_unit = "the decode step: the head's token selection per codebook layer and the codec's decode of the streamed codes"
 
 # The embedding_oob family's failure lines, claimed here only where a codebook / quantizer / codec decodes codes.
-triage_signs = TriageSigns(needs_context=True, signs=(
-    Sign("failure", r"Indexing\.cu.*srcIndex < srcSelectDimSize|indexSelect(?:Large|Small)Index.*Assertion", 0.9, "CUDA's index_select kernel, which an embedding lookup runs, asserted an index past the table"),
-    Sign("failure", r"vectorized gather kernel index out of bounds", 0.7, "CUDA's vectorized gather kernel (index_select in newer torch) asserted an index past the table"),
-    Sign("failure", r"IndexError: index out of range in self", 0.8, "the CPU error of an embedding / index_select lookup past the table"),
-    Sign("failure", r"index out of range: Tried to access index -?\d+", 0.8, "torch 1.x's CPU error of an embedding lookup past the table"),
-    Sign("failure", r"(?:\)|ids?|tokens?|codes?|index|indices|\]) *= *-?\d+ *, *codebook_?\w*(?:size|range)\b|(?:Error|Exception)\b.*\b(?:past|outside|out of|exceeds?|larger than|greater than)\b.*codebook", 0.7, "a codec's own range guard refused a code past its codebook (the code, then the codebook's size or range, in the message)"),
-    Sign("failure", r"index out of bounds: 0 <= \S*tmp<n>", 0.3, "the bounds check of torch.compile's generated code (inductor on CPU or triton) fired; alone it does not say which op"),
-    Sign("support", r"_fused_\w*?(?:embedding|index_select)", 0.5, "the failing kernel is torch.compile's fusion of an embedding lookup"),
-    Sign("support", r"tmp<n>(?:, \[[\w, ]+\]\))? < 4096L?\b", 0.2, "the bound is SNAC's codebook size (4096), a common size too"),
-    Sign("support", r"functional\.py.*\bin embedding\b|torch\.embedding\(|F\.embedding\(", 0.5, "raised in an embedding lookup (torch.nn.functional.embedding)"),
-    Sign("support", r"_embeddings?\b|modules/sparse\.py|nn\.Embedding\(|embed_tokens\b", 0.3, "an Embedding module in the frames"),
-    Sign("support", r"CUDA error: device-side assert triggered|CUDNN_STATUS_INTERNAL_ERROR|CUBLAS_STATUS_EXECUTION_FAILED", 0.1, "an asynchronous CUDA error, as a device-side assert surfaces later"),
-    Sign("context", r"(?:snac|SNAC|[Ee]n[Cc]odec|[Xx][Cc]odec|WavTokenizer|wavtokenizer|[Mm]imi|[Vv]ocos)\b|dac/nn/|dac/model/|audiocraft/", 0.5, "a neural audio codec (SNAC, EnCodec, DAC, Mimi, X-Codec, WavTokenizer) in the log"),
-    Sign("context", r"(?:from_codes|from_indices|decode_codes?|embed_code|dequantize|get_codebook_entry|get_output_from_indices|get_codes_from_indices|decode_from_codebook_indices|indices_to_codes|codes_to_\w+|quantizer\.decode)\b", 0.5, "codes turned back into vectors (from_codes, dequantize, quantizer.decode)"),
-    Sign("context", r"codebook|core_vq\.py|/vq\.py|quantiz\w*\.py|vector_quantiz|VectorQuantiz|ResidualVQ\b|FSQ\b", 0.4, "a vector quantizer's codebook in the frames"),
-    Sign("context", r"\bcodec(?!s\.py)\w*|\bCodec\w*", 0.3, "a codec decoding codes"),
-))
+triage_signs = TriageSigns(
+    family="a code past a codebook's size in a codec's lookup",
+    cause="codes from a language model that exceed the audio codec's codebook, decoded by the codec",
+    confirm="a codec (SNAC, EnCodec, DAC) decoding codes in the frames, and codes larger than the codebook",
+    also="any embedding lookup past its table (embedding_oob)",
+    needs_context=True,
+    signs=(
+        Sign(
+            "failure",
+            r"Indexing\.cu.*srcIndex < srcSelectDimSize|indexSelect(?:Large|Small)Index.*Assertion",
+            0.9,
+            "CUDA's index_select kernel, which an embedding lookup runs, asserted an index past the table",
+        ),
+        Sign(
+            "failure",
+            r"vectorized gather kernel index out of bounds",
+            0.7,
+            "CUDA's vectorized gather kernel (index_select in newer torch) asserted an index past the table",
+        ),
+        Sign(
+            "failure", r"IndexError: index out of range in self", 0.8, "the CPU error of an embedding / index_select lookup past the table"
+        ),
+        Sign(
+            "failure",
+            r"index out of range: Tried to access index -?\d+",
+            0.8,
+            "torch 1.x's CPU error of an embedding lookup past the table",
+        ),
+        Sign(
+            "failure",
+            r"(?:\)|ids?|tokens?|codes?|index|indices|\]) *= *-?\d+ *, *codebook_?\w*(?:size|range)\b|(?:Error|Exception)\b.*\b(?:past|outside|out of|exceeds?|larger than|greater than)\b.*codebook",
+            0.7,
+            "a codec's own range guard refused a code past its codebook (the code, then the codebook's size or range, in the message)",
+        ),
+        Sign(
+            "failure",
+            r"index out of bounds: 0 <= \S*tmp<n>",
+            0.3,
+            "the bounds check of torch.compile's generated code (inductor on CPU or triton) fired; alone it does not say which op",
+        ),
+        Sign(
+            "support", r"_fused_\w*?(?:embedding|index_select)", 0.5, "the failing kernel is torch.compile's fusion of an embedding lookup"
+        ),
+        Sign("support", r"tmp<n>(?:, \[[\w, ]+\]\))? < 4096L?\b", 0.2, "the bound is SNAC's codebook size (4096), a common size too"),
+        Sign(
+            "support",
+            r"functional\.py.*\bin embedding\b|torch\.embedding\(|F\.embedding\(",
+            0.5,
+            "raised in an embedding lookup (torch.nn.functional.embedding)",
+        ),
+        Sign("support", r"_embeddings?\b|modules/sparse\.py|nn\.Embedding\(|embed_tokens\b", 0.3, "an Embedding module in the frames"),
+        Sign(
+            "support",
+            r"CUDA error: device-side assert triggered|CUDNN_STATUS_INTERNAL_ERROR|CUBLAS_STATUS_EXECUTION_FAILED",
+            0.1,
+            "an asynchronous CUDA error, as a device-side assert surfaces later",
+        ),
+        Sign(
+            "context",
+            r"(?:snac|SNAC|[Ee]n[Cc]odec|[Xx][Cc]odec|WavTokenizer|wavtokenizer|[Mm]imi|[Vv]ocos)\b|dac/nn/|dac/model/|audiocraft/",
+            0.5,
+            "a neural audio codec (SNAC, EnCodec, DAC, Mimi, X-Codec, WavTokenizer) in the log",
+        ),
+        Sign(
+            "context",
+            r"(?:from_codes|from_indices|decode_codes?|embed_code|dequantize|get_codebook_entry|get_output_from_indices|get_codes_from_indices|decode_from_codebook_indices|indices_to_codes|codes_to_\w+|quantizer\.decode)\b",
+            0.5,
+            "codes turned back into vectors (from_codes, dequantize, quantizer.decode)",
+        ),
+        Sign(
+            "context",
+            r"codebook|core_vq\.py|/vq\.py|quantiz\w*\.py|vector_quantiz|VectorQuantiz|ResidualVQ\b|FSQ\b",
+            0.4,
+            "a vector quantizer's codebook in the frames",
+        ),
+        Sign("context", r"\bcodec(?!s\.py)\w*|\bCodec\w*", 0.3, "a codec decoding codes"),
+    ),
+)
 
 
 class Inputs(NamedTuple):
@@ -133,7 +194,10 @@ def stream_length(codes):
 
 
 def decode(x, codes):
-    levels = tuple(torch.stack([codes[:, layer] for layer in range(LAYERS) if LEVEL_OF_LAYER[layer] == level], dim=1).reshape(1, -1) for level in range(3))
+    levels = tuple(
+        torch.stack([codes[:, layer] for layer in range(LAYERS) if LEVEL_OF_LAYER[layer] == level], dim=1).reshape(1, -1)
+        for level in range(3)
+    )
     torch.manual_seed(x.noise_seed)  # SNAC's decoder adds noise
     with torch.inference_mode():
         return Decoded(levels, x.snac.decode(list(levels)))

@@ -85,14 +85,58 @@ symptoms = {
     "cuda": Growth(at_least=2.0, oom=KILLED),
 }
 
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|(?i:worker ?[(（]pid[^)）]*[)）] ?is killed by signal ?[:：] ?killed)", 0.55, "a DataLoader worker ended by SIGKILL: the OOM killer, most often, on workers whose memory grew"),
-    Sign("failure", r"DataLoader worker \(pid\(s\) [^)]*\) exited unexpectedly", 0.2, "a worker that died, by some signal or error: the chained error after the worker's own line"),
-    Sign("context", r"(?i)(?:ram|memory|cpu memory) (?:usage )?(?:keeps? |continues to |slowly )?(?:increas|grow|rise|explod)|(?<!cuda )(?<!gpu )out of (?:cpu |host |system )?(?:ram|memory)|oom[- ]?kill|memory leak|(?<!共享)内存", 0.25, "host memory (not the GPU's, not /dev/shm) that grows until the kernel kills a process"),
-    Sign("context", r"(?i)num_workers|workers? ?=|-n 0|copy[- ]on[- ](?:write|access|read)|refcount", 0.15, "the workers named in the thread"),
-    Sign("failure", r"^memory grows: retained [\d.]+ [KMGT]?i?B/step .*\bworkers_pss\)", 0.6, "the harness's own reproduce record of this case: the DataLoader workers' summed PSS is the memory that grows"),
-    Sign("veto", r"(?i)is killed by signal: (?:Bus error|Segmentation fault|Terminated|Aborted|Floating point exception|Illegal instruction)|Unexpected (?:bus error|segmentation fault|floating-point exception) encountered in worker|exited unexpectedly with exit code -?\d+", 0, "a worker ended by another signal (SIGBUS: /dev/shm full; SIGSEGV, SIGABRT: a native crash; SIGTERM: a scheduler or the parent) or by an exit code (a Python error in the dataset), not by the OOM killer's SIGKILL"),
-))
+triage_signs = TriageSigns(
+    family="a DataLoader worker killed by SIGKILL as host memory grew",
+    cause="workers whose memory grows with copy-on-access of Python objects in the dataset until the OOM killer ends one",
+    confirm="host memory (not the GPU's) growing epoch after epoch with num_workers > 0, and dmesg naming the OOM killer",
+    also="a machine with too little RAM for the batch, or a container's memory limit",
+    signs=(
+        Sign(
+            "failure",
+            r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|(?i:worker ?[(（]pid[^)）]*[)）] ?is killed by signal ?[:：] ?killed)",
+            0.55,
+            "a DataLoader worker ended by SIGKILL: the OOM killer, most often, on workers whose memory grew",
+            family=True,
+        ),
+        Sign(
+            "failure",
+            r"DataLoader worker \(pid\(s\) [^)]*\) exited unexpectedly",
+            0.2,
+            "a worker that died, by some signal or error: the chained error after the worker's own line",
+        ),
+        Sign(
+            "failure",
+            r"(?i)\b(?:ram|(?:host|cpu|system) memory|memory usage)\b[^.]{0,60}\b(?:grow|increas|climb|ris)\w*[^.]{0,80}\b(?:worker|dataloader)s?\b[^.]{0,40}\b(?:is |are |gets? |got )?killed",
+            0.55,
+            "a user's words for the case: host memory grows until a DataLoader worker is killed",
+            family=True,
+        ),
+        Sign(
+            "context",
+            r"(?i)(?:ram|memory|cpu memory) (?:usage )?(?:keeps? |continues to |slowly )?(?:increas|grow|rise|explod)|(?<!cuda )(?<!gpu )out of (?:cpu |host |system )?(?:ram|memory)|oom[- ]?kill|memory leak|(?<!共享)内存",
+            0.25,
+            "host memory (not the GPU's, not /dev/shm) that grows until the kernel kills a process",
+        ),
+        Sign(
+            "context",
+            r"(?i)num_workers|workers? ?=|-n 0|copy[- ]on[- ](?:write|access|read)|refcount",
+            0.15,
+            "the workers named in the thread",
+        ),
+        Sign(
+            "failure",
+            r"^memory grows: retained [\d.]+ [KMGT]?i?B/step .*\bworkers_pss\)",
+            0.6,
+            "the harness's own reproduce record of this case: the DataLoader workers' summed PSS is the memory that grows",
+        ),
+        Sign(
+            "veto",
+            r"(?i)is killed by signal: (?:Bus error|Segmentation fault|Terminated|Aborted|Floating point exception|Illegal instruction)|Unexpected (?:bus error|segmentation fault|floating-point exception) encountered in worker|exited unexpectedly with exit code -?\d+",
+            0,
+            "a worker ended by another signal (SIGBUS: /dev/shm full; SIGSEGV, SIGABRT: a native crash; SIGTERM: a scheduler or the parent) or by an exit code (a Python error in the dataset), not by the OOM killer's SIGKILL",
+        ),
+    ),
+)
 
 compiled_unit = (
     "not applicable: the failure is in the DataLoader's worker processes, which run Python code that reads "
@@ -116,23 +160,34 @@ def annotation_infos(frames: int, seed: int, max_instances: int) -> list[dict[st
     boxes = rng.uniform(-50, 50, (int(counts.sum()), 7)).tolist()
     labels = rng.integers(0, len(CLASSES), int(counts.sum())).tolist()
     points = rng.integers(1, 2000, int(counts.sum())).tolist()
-    cam2img, lidar2cam = rng.uniform(-1, 1, (frames, len(CAMERAS), 3, 3)).tolist(), rng.uniform(-1, 1, (frames, len(CAMERAS), 4, 4)).tolist()
+    cam2img, lidar2cam = (
+        rng.uniform(-1, 1, (frames, len(CAMERAS), 3, 3)).tolist(),
+        rng.uniform(-1, 1, (frames, len(CAMERAS), 4, 4)).tolist(),
+    )
     ego2global, tokens = rng.uniform(-1, 1, (frames, 4, 4)).tolist(), rng.integers(0, 1 << 62, frames).tolist()
     infos, first = [], 0
     for frame, count in enumerate(counts.tolist()):
         scene = frame // 200
-        infos.append({
-            "token": f"{tokens[frame]:032x}",
-            "scene_token": f"scene_{scene:05d}",
-            "timestamp": 1.69e9 + frame * 0.1,
-            "lidar_points": {"lidar_path": f"data/t4dataset/db_j6gen2_v1/{scene}/lidar/{frame:06d}.pcd.bin", "num_pts_feats": 5},
-            "images": {
-                camera: {"img_path": f"data/t4dataset/db_j6gen2_v1/{scene}/{camera}/{frame:06d}.jpg", "cam2img": cam2img[frame][c], "lidar2cam": lidar2cam[frame][c]}
-                for c, camera in enumerate(CAMERAS)
-            },
-            "ego2global": ego2global[frame],
-            "instances": [{"bbox_3d": boxes[i], "bbox_label_3d": labels[i], "num_lidar_pts": points[i]} for i in range(first, first + count)],
-        })
+        infos.append(
+            {
+                "token": f"{tokens[frame]:032x}",
+                "scene_token": f"scene_{scene:05d}",
+                "timestamp": 1.69e9 + frame * 0.1,
+                "lidar_points": {"lidar_path": f"data/t4dataset/db_j6gen2_v1/{scene}/lidar/{frame:06d}.pcd.bin", "num_pts_feats": 5},
+                "images": {
+                    camera: {
+                        "img_path": f"data/t4dataset/db_j6gen2_v1/{scene}/{camera}/{frame:06d}.jpg",
+                        "cam2img": cam2img[frame][c],
+                        "lidar2cam": lidar2cam[frame][c],
+                    }
+                    for c, camera in enumerate(CAMERAS)
+                },
+                "ego2global": ego2global[frame],
+                "instances": [
+                    {"bbox_3d": boxes[i], "bbox_label_3d": labels[i], "num_lidar_pts": points[i]} for i in range(first, first + count)
+                ],
+            }
+        )
         first += count
     return infos
 
@@ -159,7 +214,13 @@ def frame_tensors(info: dict[str, Any], max_instances: int) -> dict[str, torch.T
         boxes[: len(instances)] = torch.tensor([instance["bbox_3d"] for instance in instances])
         labels[: len(instances)] = torch.tensor([instance["bbox_label_3d"] for instance in instances])
     cam2img = torch.tensor([info["images"][camera]["cam2img"] for camera in CAMERAS])
-    return {"boxes": boxes, "labels": labels, "cam2img": cam2img, "ego2global": torch.tensor(info["ego2global"]), "points": torch.cat([torch.tensor([float(len(points))]), points.mean(0)])}
+    return {
+        "boxes": boxes,
+        "labels": labels,
+        "cam2img": cam2img,
+        "ego2global": torch.tensor(info["ego2global"]),
+        "points": torch.cat([torch.tensor([float(len(points))]), points.mean(0)]),
+    }
 
 
 class ListDataset(Dataset):
@@ -219,7 +280,13 @@ class ColumnsDataset(Dataset):
         labels[: end - start] = torch.from_numpy(self.labels[start:end])
         points = load_points({"token": self.tokens[index], "lidar_points": {"num_pts_feats": 5}})
         summary = torch.cat([torch.tensor([float(len(points))]), points.mean(0)])
-        return {"boxes": boxes, "labels": labels, "cam2img": torch.from_numpy(self.cam2img[index]), "ego2global": torch.from_numpy(self.ego2global[index]), "points": summary}
+        return {
+            "boxes": boxes,
+            "labels": labels,
+            "cam2img": torch.from_numpy(self.cam2img[index]),
+            "ego2global": torch.from_numpy(self.ego2global[index]),
+            "points": summary,
+        }
 
 
 # -- the epoch, a slice a step ---------------------------------------------------------------------------

@@ -104,23 +104,50 @@ from harness import compiled as compile_axis
 from harness.cases import Symptom
 from harness.triage import Sign, TriageSigns
 
-RANK_ERRORS = (RuntimeError,)  # a bad fix's launch raises a rank's RuntimeError again, by its text (the buggy one keeps the launcher's report)
+RANK_ERRORS = (
+    RuntimeError,
+)  # a bad fix's launch raises a rank's RuntimeError again, by its text (the buggy one keeps the launcher's report)
 UNFINISHED_REDUCTION = r"Expected to have finished reduction in the prior iteration before starting a new one"
 
 symptoms = {
-    "cpu": Symptom("ChildFailedError", UNFINISHED_REDUCTION, output=r"Parameters which did not receive grad for rank \d+: encoder\.layers\.\d+\."),
-    "cuda": Symptom("ChildFailedError", UNFINISHED_REDUCTION, output=r"Parameters which did not receive grad for rank \d+: encoder\.layers\.\d+\."),
+    "cpu": Symptom(
+        "ChildFailedError", UNFINISHED_REDUCTION, output=r"Parameters which did not receive grad for rank \d+: encoder\.layers\.\d+\."
+    ),
+    "cuda": Symptom(
+        "ChildFailedError", UNFINISHED_REDUCTION, output=r"Parameters which did not receive grad for rank \d+: encoder\.layers\.\d+\."
+    ),
 }
 
 # DDP's reducer found parameters that produced no gradient; a static graph that changed, or a parameter marked ready twice, is another failure.
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"Expected to have finished reduction in the prior iteration before starting a new one", 0.9, "DDP's reducer: the previous iteration's gradient reduction never finished, as parameters unused in the loss never report ready"),
-    Sign("failure", r"Parameters? (?:indices )?which did not receive grad for rank \d+", 0.6, "DDP's list (TORCH_DISTRIBUTED_DEBUG) of the parameters that got no gradient on a rank"),
-    Sign("context", r"find_unused_parameters", 0.2, "DDP's unused-parameter detection is mentioned"),
-    Sign("context", r"layerdrop|layer_drop|LayerDrop", 0.3, "LayerDrop in play: layers skipped at random in training"),
-    Sign("context", r"DistributedDataParallel|nn/parallel/distributed\.py|_rebuild_buckets", 0.2, "raised in DistributedDataParallel"),
-    Sign("veto", r"(?i)training graph has changed in this iteration", 0, "DDP with static_graph=True saw a different set of used parameters: a changed graph, not an unfinished reduction"),
-))
+triage_signs = TriageSigns(
+    family="DDP's unfinished reduction: parameters that got no gradient",
+    cause="parameters unused in some iterations (LayerDrop, a branch skipped) under DistributedDataParallel without find_unused_parameters",
+    confirm="a layer or branch that the forward skips on some steps; TORCH_DISTRIBUTED_DEBUG=DETAIL lists the parameters",
+    also="outputs of the forward not used in the loss, or a frozen part that still requires grad",
+    signs=(
+        Sign(
+            "failure",
+            r"Expected to have finished reduction in the prior iteration before starting a new one",
+            0.9,
+            "DDP's reducer: the previous iteration's gradient reduction never finished, as parameters unused in the loss never report ready",
+        ),
+        Sign(
+            "failure",
+            r"Parameters? (?:indices )?which did not receive grad for rank \d+",
+            0.6,
+            "DDP's list (TORCH_DISTRIBUTED_DEBUG) of the parameters that got no gradient on a rank",
+        ),
+        Sign("context", r"find_unused_parameters", 0.2, "DDP's unused-parameter detection is mentioned"),
+        Sign("context", r"layerdrop|layer_drop|LayerDrop", 0.3, "LayerDrop in play: layers skipped at random in training"),
+        Sign("context", r"DistributedDataParallel|nn/parallel/distributed\.py|_rebuild_buckets", 0.2, "raised in DistributedDataParallel"),
+        Sign(
+            "veto",
+            r"(?i)training graph has changed in this iteration",
+            0,
+            "DDP with static_graph=True saw a different set of used parameters: a changed graph, not an unfinished reduction",
+        ),
+    ),
+)
 
 compiled_unit = "each rank's DDP model, `torch.compile(DistributedDataParallel(model))`, in the ranks: LayerDrop's skips are Python control flow, so dynamo guards on them and recompiles per skip pattern"
 compiles_itself = True  # the harness cannot compile a launch: the ranks compile their model from cfg.compile (Job.compile)
@@ -263,7 +290,9 @@ def build_model(job):
 
 def rank_batch(job, rank):
     per_rank = len(job.frames) // job.ranks
-    return job.frames[rank * per_rank : (rank + 1) * per_rank].to(getattr(torch, job.dtype)), job.labels[rank * per_rank : (rank + 1) * per_rank]
+    return job.frames[rank * per_rank : (rank + 1) * per_rank].to(getattr(torch, job.dtype)), job.labels[
+        rank * per_rank : (rank + 1) * per_rank
+    ]
 
 
 def train(job, rank, model, ddp, *, extra_loss=None):
@@ -321,7 +350,10 @@ def _reference(job):
     optimizer = torch.optim.Adam(model.parameters(), lr=job.lr)
     for step in range(job.steps):
         optimizer.zero_grad(set_to_none=True)
-        losses = [F.cross_entropy(model(*rank_batch(job, rank)[:1], job.keep[step, rank].tolist()), rank_batch(job, rank)[1]) for rank in range(job.ranks)]
+        losses = [
+            F.cross_entropy(model(*rank_batch(job, rank)[:1], job.keep[step, rank].tolist()), rank_batch(job, rank)[1])
+            for rank in range(job.ranks)
+        ]
         torch.stack(losses).mean().backward()
         optimizer.step()
     return {name: p.detach().expand(job.ranks, *p.shape) for name, p in model.named_parameters()}

@@ -116,7 +116,7 @@ from torch import nn
 
 from harness import compiled as compile_axis
 from harness.cases import Symptom
-from harness.compare import training_outputs
+from harness.measure.compare import training_outputs
 from harness.triage import Sign, TriageSigns
 
 symptoms = {
@@ -126,15 +126,63 @@ symptoms = {
 
 # GradScaler refusing a float16 gradient: a trainable parameter is float16. Not the scaler's other complaints (no inf
 # checks recorded, unscale_ called twice, bfloat16 gradients in its kernel) nor a NaN loss or a collapsed scale.
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"ValueError: Attempting to unscale FP16 gradients", 0.9, "GradScaler.unscale_ met a float16 gradient: the optimizer holds a float16 parameter (a model or adapter cast to half)"),
-    Sign("failure", r"Attempting to unscale FP16 gradients", 0.8, "the same refusal where the log holds only its raise statement or quotes it without the exception's name"),
-    Sign("context", r"grad_scaler\.py.* in (?:_unscale_grads_|unscale_|step)\b", 0.3, "raised in GradScaler's unscale, called by unscale_ or by step"),
-    Sign("context", r"\bin (?:clip_grad_norm_|unscale_gradients)\b|scaler\.unscale_\(|scaler\.step\(", 0.2, "the training loop's unscale: accelerate's clip_grad_norm_ or the Trainer's scaler.unscale_"),
-    Sign("support", r"--fp16\b|fp16=True|mixed_precision[=: ]+\"?fp16|\.half\(\)|torch_dtype=torch\.float16", 0.1, "float16 training or a float16 model in the command or the code shown"),
-    Sign("veto", r"No inf checks were recorded (?:for this optimizer|prior to update)|unscale_\(\) has already been called on this optimizer", 0, "the scaler's other complaints: no parameter of the optimizer had a gradient, or unscale_ ran twice before update()"),
-    Sign("veto", r"_amp_foreach_non_finite_check_and_unscale_\w* ?\"? not implemented for 'BFloat16'", 0, "bfloat16 gradients reached the scaler's kernel: bfloat16 needs no scaler, another fix"),
-))
+triage_signs = TriageSigns(
+    family="GradScaler refusing float16 gradients",
+    cause="a model or adapter cast to float16 while the scaler expects float32 master weights",
+    confirm="the optimizer's parameters are float16 (model.half(), torch_dtype=torch.float16)",
+    also="an optimizer built over a half model in any trainer with fp16=True",
+    signs=(
+        Sign(
+            "failure",
+            r"ValueError: Attempting to unscale FP16 gradients",
+            0.9,
+            "GradScaler.unscale_ met a float16 gradient: the optimizer holds a float16 parameter (a model or adapter cast to half)",
+        ),
+        Sign(
+            "failure",
+            r"Attempting to unscale FP16 gradients",
+            0.8,
+            "the same refusal where the log holds only its raise statement or quotes it without the exception's name",
+        ),
+        Sign(
+            "failure",
+            r"grad_scaler\.py.*\bin _unscale_grads_\b",
+            0.5,
+            "the frame of GradScaler's check itself, where the log was cut before its message (its only raise is this refusal)",
+            family=True,
+        ),
+        Sign(
+            "context",
+            r"grad_scaler\.py.* in (?:_unscale_grads_|unscale_|step)\b",
+            0.3,
+            "raised in GradScaler's unscale, called by unscale_ or by step",
+        ),
+        Sign(
+            "context",
+            r"\bin (?:clip_grad_norm_|unscale_gradients)\b|scaler\.unscale_\(|scaler\.step\(",
+            0.2,
+            "the training loop's unscale: accelerate's clip_grad_norm_ or the Trainer's scaler.unscale_",
+        ),
+        Sign(
+            "support",
+            r"--fp16\b|fp16=True|mixed_precision[=: ]+\"?fp16|\.half\(\)|torch_dtype=torch\.float16",
+            0.1,
+            "float16 training or a float16 model in the command or the code shown",
+        ),
+        Sign(
+            "veto",
+            r"No inf checks were recorded (?:for this optimizer|prior to update)|unscale_\(\) has already been called on this optimizer",
+            0,
+            "the scaler's other complaints: no parameter of the optimizer had a gradient, or unscale_ ran twice before update()",
+        ),
+        Sign(
+            "veto",
+            r"_amp_foreach_non_finite_check_and_unscale_\w* ?\"? not implemented for 'BFloat16'",
+            0,
+            "bfloat16 gradients reached the scaler's kernel: bfloat16 needs no scaler, another fix",
+        ),
+    ),
+)
 
 compiled_unit = (
     "the UNet's BasicTransformerBlock, compiled in place as diffusers' `unet.compile_repeated_blocks()` does: the block "
@@ -522,5 +570,6 @@ def underflow_check_left_on(x):
     checked = {"float32, no scaler": unscaled_norms(x, upcast=True), "float16, no scaler": unscaled_norms(x, upcast=False)}
     del checked  # what the check logs beside the fix's step (the logging left out)
     return fixed(x)
+
 
 slow_fixes = {"underflow_check_left_on": underflow_check_left_on}

@@ -98,15 +98,56 @@ symptoms = {
 # An out-of-memory line alone is the most common failure there is (a batch too large, a model that does not fit,
 # fragmentation): it names no case. The family is told by what surrounds it: a loss summed as a tensor, memory that
 # grows step after step, words that put the graph in the cause, autograd left on where nothing is trained.
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"CUDA out of memory|OutOfMemoryError|cuda runtime error \(2\) : out of memory|CUDA error: out of memory|error=2 : out of memory|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)", 0.3, "an allocation failed: alone, any out-of-memory; which one is told by the lines around it"),
-    Sign("failure", r"(?i)(?<![:=] )(?<!cuda )\bout of (?:gpu |cuda )?(?:memory|ram)\b|\bran out of (?:ram|memory)|memory (?:explodes?|explosion)|\bgpu will explode|显存(?:溢出|不足)|内存溢出", 0.2, "out of memory in the user's words (not the error line's own words), or memory that explodes"),
-    Sign("context", r"\w+ *\+= *(?:\w+\.)*\w*(?:loss|Loss)\w*(?:\[['\"]?\w+['\"]?\])?(?![\w.(\[])", 0.4, "a loss summed as a tensor (`total_loss += loss`, not `loss.item()`): the sum keeps every step's graph"),
-    Sign("context", r"(?i)memory (?:\w+ ){0,3}(?:increas|grow)|(?:ram|memory) keeps? (?:increas|grow)|slow and steady increase|memory \w+ after (?:some|a few|several) (?:iterations|batches|steps)", 0.25, "memory that grows step after step, not one step too large"),
-    Sign("context", r"(?i)(?:not|without) (?:the value|\.item\(\)|\.detach\(\))|non-detached|(?:computation(?:al)?|calculation|compution) graph|stor\w* (?:the )?(?:complete |entire |whole )?(?:comput\w* )?graph|holding on to the graph|take items not", 0.3, "the graph named in the cause: values kept with their history instead of numbers"),
-    Sign("context", r"volatile was removed|volatile=True|with torch\.no_grad\(\)|set_grad_enabled\(False\)", 0.2, "autograd left recording where nothing is trained (`volatile` has no effect since torch 0.4)"),
-    Sign("failure", r"^memory grows: retained [\d.]+ [KMGT]?i?B/step", 0.35, "the harness's own reproduce record of a growth symptom (this is the case whose buggy code grows)"),
-))
+triage_signs = TriageSigns(
+    family="memory that grows step after step until it runs out",
+    cause="a loss (or another output) summed as a tensor, which keeps every step's autograd graph alive",
+    confirm="a running sum `total += loss` without .item(), or outputs kept in a list without .detach()",
+    also="a batch too large for the device, a validation loop without torch.no_grad()",
+    signs=(
+        Sign(
+            "failure",
+            r"CUDA out of memory|OutOfMemoryError|cuda runtime error \(2\) : out of memory|CUDA error: out of memory|error=2 : out of memory|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
+            0.3,
+            "an allocation failed: alone, any out-of-memory; which one is told by the lines around it",
+        ),
+        Sign(
+            "failure",
+            r"(?i)(?<![:=] )(?<!cuda )\bout of (?:gpu |cuda )?(?:memory|ram)\b|\bran out of (?:ram|memory)|memory (?:explodes?|explosion)|\bgpu will explode|显存(?:溢出|不足)|内存溢出",
+            0.2,
+            "out of memory in the user's words (not the error line's own words), or memory that explodes",
+        ),
+        Sign(
+            "context",
+            r"\w+ *\+= *(?:\w+\.)*\w*(?:loss|Loss)\w*(?:\[['\"]?\w+['\"]?\])?(?![\w.(\[])",
+            0.4,
+            "a loss summed as a tensor (`total_loss += loss`, not `loss.item()`): the sum keeps every step's graph",
+        ),
+        Sign(
+            "context",
+            r"(?i)memory (?:\w+ ){0,3}(?:increas|grow)|(?:ram|memory) keeps? (?:increas|grow)|slow and steady increase|memory \w+ after (?:some|a few|several) (?:iterations|batches|steps)",
+            0.25,
+            "memory that grows step after step, not one step too large",
+        ),
+        Sign(
+            "context",
+            r"(?i)(?:not|without) (?:the value|\.item\(\)|\.detach\(\))|non-detached|(?:computation(?:al)?|calculation|compution) graph|stor\w* (?:the )?(?:complete |entire |whole )?(?:comput\w* )?graph|holding on to the graph|take items not",
+            0.3,
+            "the graph named in the cause: values kept with their history instead of numbers",
+        ),
+        Sign(
+            "context",
+            r"volatile was removed|volatile=True|with torch\.no_grad\(\)|set_grad_enabled\(False\)",
+            0.2,
+            "autograd left recording where nothing is trained (`volatile` has no effect since torch 0.4)",
+        ),
+        Sign(
+            "failure",
+            r"^memory grows: retained [\d.]+ [KMGT]?i?B/step",
+            0.35,
+            "the harness's own reproduce record of a growth symptom (this is the case whose buggy code grows)",
+        ),
+    ),
+)
 
 compiled_unit = (
     "the network, `torch.compile(model)`, as a user compiles a model; the validation loop's bookkeeping (a Python "

@@ -79,19 +79,51 @@ from harness.cases import Symptom
 from harness.triage import Sign, TriageSigns
 
 symptoms = {
-    "cpu": Symptom("RuntimeError", r"one of the variables needed for gradient computation has been modified by an inplace operation: \[torch\.FloatTensor \[128, 1\]\]"),
-    "cuda": Symptom("RuntimeError", r"one of the variables needed for gradient computation has been modified by an inplace operation: \[torch\.cuda\.FloatTensor \[128, 1\]\]"),
+    "cpu": Symptom(
+        "RuntimeError",
+        r"one of the variables needed for gradient computation has been modified by an inplace operation: \[torch\.FloatTensor \[128, 1\]\]",
+    ),
+    "cuda": Symptom(
+        "RuntimeError",
+        r"one of the variables needed for gradient computation has been modified by an inplace operation: \[torch\.cuda\.FloatTensor \[128, 1\]\]",
+    ),
 }
 
 # Autograd's version check on a tensor saved for backward, whatever changed it (an optimizer step, `+=`, an inplace
 # activation); not the view checks made at the in-place op itself, nor a second backward through a freed graph.
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"one of the variables needed for gradient computation has been modified by an inplace operation", 0.9, "autograd's version check: a tensor saved for backward was changed in place before the backward used it"),
-    Sign("failure", r"\]\]?,? (?:which is output \d+ of \w+, )?is at version \d+; expected version \d+ instead|is at version \d+, not expected version \d+", 0.7, "the version check's figures (saved tensor, version seen, version saved), where the line with the message was cut or wrapped"),
-    Sign("context", r"opt(?:imizer)?_?D\.step\(\)|optimizerD\.step\(\)|\bnetD\b|discriminator|d_loss|D_loss", 0.3, "a GAN's discriminator step in play: an optimizer stepping D before G's backward through D is the classic cause"),
-    Sign("context", r"which is output \d+ of \w+", 0.2, "names the op whose output was saved (TBackward / AsStrided: a weight; ReluBackward: an in-place activation)"),
-    Sign("support", r"set_detect_anomaly\(True", 0.1, "the version check's hint to rerun with anomaly detection"),
-))
+triage_signs = TriageSigns(
+    family="autograd's version check: a saved tensor changed in place",
+    cause="an in-place operation on a tensor that autograd saved for the backward",
+    confirm="the op named in `output 0 of XBackward` and an in-place op (+=, relu_(inplace=True), optimizer.step()) on it before backward",
+    also="a GAN stepping D's optimizer before G's backward through D",
+    signs=(
+        Sign(
+            "failure",
+            r"one of the variables needed for gradient computation has been modified by an inplace operation",
+            0.9,
+            "autograd's version check: a tensor saved for backward was changed in place before the backward used it",
+        ),
+        Sign(
+            "failure",
+            r"\]\]?,? (?:which is output \d+ of \w+, )?is at version \d+; expected version \d+ instead|is at version \d+, not expected version \d+",
+            0.7,
+            "the version check's figures (saved tensor, version seen, version saved), where the line with the message was cut or wrapped",
+        ),
+        Sign(
+            "context",
+            r"opt(?:imizer)?_?D\.step\(\)|optimizerD\.step\(\)|\bnetD\b|discriminator|d_loss|D_loss",
+            0.3,
+            "a GAN's discriminator step in play: an optimizer stepping D before G's backward through D is the classic cause",
+        ),
+        Sign(
+            "context",
+            r"which is output \d+ of \w+",
+            0.2,
+            "names the op whose output was saved (TBackward / AsStrided: a weight; ReluBackward: an in-place activation)",
+        ),
+        Sign("support", r"set_detect_anomaly\(True", 0.1, "the version check's hint to rerun with anomaly detection"),
+    ),
+)
 
 compiled_unit = (
     "the two networks, `torch.compile(G)` and `torch.compile(D)`, as a user compiles a model; the backwards and the "

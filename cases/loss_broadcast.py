@@ -87,7 +87,7 @@ import torch
 from torch import nn
 
 from harness.cases import WrongResult
-from harness.compare import training_outputs
+from harness.measure.compare import training_outputs
 from harness.triage import Sign, TriageSigns
 
 WARNING = r"Using a target size .* that is different to the input size"
@@ -96,15 +96,58 @@ symptoms = {"cpu": WrongResult(warning=WARNING), "cuda": WrongResult(warning=WAR
 
 # The loss warning whose shapes cross a batch of several with itself: (N,) against (N, 1) either way round, or a singleton
 # channel on one side only; not the same warning where nothing is crossed (a batch of one), nor binary cross entropy's refusal.
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"Using a target size \(torch\.Size\(\[((?!1\])\w+)\]\)\) that is different to the input size \(torch\.Size\(\[\1, 1\]\)\)", 0.9, "a loss got (N,) targets for (N, 1) predictions: broadcasting pairs every prediction with every target, (N, N)"),
-    Sign("failure", r"Using a target size \(torch\.Size\(\[((?!1,)\w+), 1\]\)\) that is different to the input size \(torch\.Size\(\[\1\]\)\)", 0.9, "a loss got (N, 1) targets for (N,) predictions (squeezed logits): broadcasting pairs every prediction with every target, (N, N)"),
-    Sign("failure", r"Using a target size \(torch\.Size\(\[((?!1,)\d+), ([\d, ]+)\]\)\) that is different to the input size \(torch\.Size\(\[\1, 1, \2\]\)\)|Using a target size \(torch\.Size\(\[((?!1,)\d+), 1, ([\d, ]+)\]\)\) that is different to the input size \(torch\.Size\(\[\3, \4\]\)\)", 0.8, "a singleton channel on one side only, right after a batch of several: broadcasting pairs every sample of the batch with every other"),
-    Sign("failure", r"[Uu]sing a target size \(.*\) that is different to (?:the )?input size", 0.3, "a loss warned that its input and target shapes differ and broadcast; alone it does not say whether the batch is crossed with itself (a batch of one crosses nothing)"),
-    Sign("context", r"\b(?:mse_loss|l1_loss|smooth_l1_loss|huber_loss)\(|MSELoss|L1Loss|SmoothL1Loss|HuberLoss", 0.1, "a regression loss (MSE, L1, smooth L1, Huber)"),
-    Sign("context", r"[Rr]egression|y_hat|y_pred|pred(?:iction)?s?\.shape", 0.1, "a regression model's predictions"),
-    Sign("veto", r"that is different to the input size \(torch\.Size\(\[[\d, ]*\]\)\) is deprecated", 0, "the words `is deprecated`: binary cross entropy's refusal (a ValueError now, a UserWarning in older releases), or a loss of torch before 1.0 matching elements by count; neither broadcasts"),
-))
+triage_signs = TriageSigns(
+    family="a loss warned that its input and target shapes differ and broadcast",
+    cause="(N,) targets against (N, 1) predictions: broadcasting crosses the batch with itself, (N, N)",
+    confirm="the two sizes in the warning are [N] and [N, 1] (or the reverse) with the same N > 1",
+    also="any target shape that broadcasts against the input: a scalar target, a batch of one, quantiles against one value",
+    signs=(
+        Sign(
+            "failure",
+            r"Using a target size \(torch\.Size\(\[((?!1\])\w+)\]\)\) that is different to the input size \(torch\.Size\(\[\1, 1\]\)\)",
+            0.9,
+            "a loss got (N,) targets for (N, 1) predictions: broadcasting pairs every prediction with every target, (N, N)",
+        ),
+        Sign(
+            "failure",
+            r"Using a target size \(torch\.Size\(\[((?!1,)\w+), 1\]\)\) that is different to the input size \(torch\.Size\(\[\1\]\)\)",
+            0.9,
+            "a loss got (N, 1) targets for (N,) predictions (squeezed logits): broadcasting pairs every prediction with every target, (N, N)",
+        ),
+        Sign(
+            "failure",
+            r"Using a target size \(torch\.Size\(\[((?!1,)\d+), ([\d, ]+)\]\)\) that is different to the input size \(torch\.Size\(\[\1, 1, \2\]\)\)|Using a target size \(torch\.Size\(\[((?!1,)\d+), 1, ([\d, ]+)\]\)\) that is different to the input size \(torch\.Size\(\[\3, \4\]\)\)",
+            0.8,
+            "a singleton channel on one side only, right after a batch of several: broadcasting pairs every sample of the batch with every other",
+        ),
+        Sign(
+            "failure",
+            r"[Uu]sing a target size \(.*\) that is different to (?:the )?input size",
+            0.3,
+            "a loss warned that its input and target shapes differ and broadcast; alone it does not say whether the batch is crossed with itself (a batch of one crosses nothing)",
+            family=True,
+        ),
+        Sign(
+            "context",
+            r"\b(?:mse_loss|l1_loss|smooth_l1_loss|huber_loss)\(|MSELoss|L1Loss|SmoothL1Loss|HuberLoss",
+            0.1,
+            "a regression loss (MSE, L1, smooth L1, Huber)",
+        ),
+        Sign("context", r"[Rr]egression|y_hat|y_pred|pred(?:iction)?s?\.shape", 0.1, "a regression model's predictions"),
+        Sign(
+            "against",
+            r"Using a target size \(torch\.Size\(\[(?:1(?:, 1)*)?\]\)\) that is different to the input size \(torch\.Size\(\[1(?:, 1)*\]\)\)",
+            0,
+            "a batch of one (or a scalar): broadcasting crosses nothing, the loss is right",
+        ),
+        Sign(
+            "veto",
+            r"that is different to the input size \(torch\.Size\(\[[\d, ]*\]\)\) is deprecated",
+            0,
+            "the words `is deprecated`: binary cross entropy's refusal (a ValueError now, a UserWarning in older releases), or a loss of torch before 1.0 matching elements by count; neither broadcasts",
+        ),
+    ),
+)
 
 compiled_unit = "the training step as a user compiles it: the pooler and the head's forward, the head's logits_to_loss, the trainer's mean and the backward"
 

@@ -114,17 +114,58 @@ compiled_unit = "each rank's DDP model, `torch.compile(DistributedDataParallel(m
 compiles_itself = True  # the harness cannot compile a launch: the ranks compile their model from cfg.compile (Job.compile)
 
 # A rank killed by a native signal under a launcher; a hang's watchdog abort and a DataLoader worker's death are not.
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"Signal (?:11|6|7|4|8) \(SIG(?:SEGV|ABRT|BUS|ILL|FPE)\) received by PID", 0.7, "the elastic launcher's table: a rank died of a native signal"),
-    Sign("failure", r"exitcode *: *-(?:11|6|7|4|8)\b", 0.6, "a rank's exit code is a native signal (-11 SIGSEGV, -6 SIGABRT, -7 SIGBUS, -4 SIGILL, -8 SIGFPE)"),
-    Sign("failure", r"terminated with signal SIG(?:SEGV|ABRT|BUS|ILL|FPE)|died with <Signals\.SIG(?:SEGV|ABRT|BUS|ILL|FPE)", 0.5, "a spawned rank died of a native signal"),
-    Sign("context", r"ChildFailedError|torch\.distributed\.elastic|torchrun|accelerate launch|distributed/launch\.py|distributed/run\.py", 0.3, "a multi-process launcher (torch elastic, torchrun, accelerate)"),
-    Sign("context", r"Sending process \d+ closing signal SIGTERM|Received \d+ death signal, shutting down workers", 0.2, "the launcher tearing down the other ranks after one failed (why it failed is in the exit code, if the log reaches it)"),
-    Sign("support", r"Fatal Python error: (?:Segmentation fault|Aborted|Bus error)|Segmentation fault \(core dumped\)", 0.3, "a native fault in a process's own log"),
-    Sign("veto", r"Watchdog caught collective operation timeout|NCCL watchdog|ran for \d+ milliseconds before timing out|Some NCCL operations have failed or timed out", 0, "an NCCL timeout: the rank hung and the watchdog aborted it"),
-    Sign("veto", r"DataLoader worker \(pid|encountered in worker\.", 0, "the signal killed a DataLoader worker, not a rank"),
-    Sign("veto", r"CUDA out of memory|OutOfMemoryError", 0, "the job ran out of memory"),
-))
+triage_signs = TriageSigns(
+    family="a rank killed by a native signal (SIGSEGV, SIGABRT)",
+    cause="a native crash in one rank of a multi-GPU job",
+    confirm="the rank's own log holding `Segmentation fault` or a C++ backtrace; faulthandler names the frame",
+    also="a crash in a C extension loaded by one rank, a driver fault",
+    signs=(
+        Sign(
+            "failure",
+            r"Signal (?:11|6|7|4|8) \(SIG(?:SEGV|ABRT|BUS|ILL|FPE)\) received by PID",
+            0.7,
+            "the elastic launcher's table: a rank died of a native signal",
+        ),
+        Sign(
+            "failure",
+            r"exitcode *: *-(?:11|6|7|4|8)\b",
+            0.6,
+            "a rank's exit code is a native signal (-11 SIGSEGV, -6 SIGABRT, -7 SIGBUS, -4 SIGILL, -8 SIGFPE)",
+        ),
+        Sign(
+            "failure",
+            r"terminated with signal SIG(?:SEGV|ABRT|BUS|ILL|FPE)|died with <Signals\.SIG(?:SEGV|ABRT|BUS|ILL|FPE)",
+            0.5,
+            "a spawned rank died of a native signal",
+        ),
+        Sign(
+            "context",
+            r"ChildFailedError|torch\.distributed\.elastic|torchrun|accelerate launch|distributed/launch\.py|distributed/run\.py",
+            0.3,
+            "a multi-process launcher (torch elastic, torchrun, accelerate)",
+        ),
+        Sign(
+            "context",
+            r"Sending process \d+ closing signal SIGTERM|Received \d+ death signal, shutting down workers",
+            0.2,
+            "the launcher tearing down the other ranks after one failed (why it failed is in the exit code, if the log reaches it)",
+        ),
+        Sign(
+            "support",
+            r"Fatal Python error: (?:Segmentation fault|Aborted|Bus error)|Segmentation fault \(core dumped\)",
+            0.3,
+            "a native fault in a process's own log",
+        ),
+        Sign(
+            "veto",
+            r"Watchdog caught collective operation timeout|NCCL watchdog|ran for \d+ milliseconds before timing out|Some NCCL operations have failed or timed out",
+            0,
+            "an NCCL timeout: the rank hung and the watchdog aborted it",
+        ),
+        Sign("veto", r"DataLoader worker \(pid|encountered in worker\.", 0, "the signal killed a DataLoader worker, not a rank"),
+        Sign("veto", r"CUDA out of memory|OutOfMemoryError", 0, "the job ran out of memory"),
+    ),
+)
 
 
 def preload():
@@ -390,7 +431,7 @@ def every_rank(results):
 
 
 def longer_timeout(job):
-    """"Raise the timeout" (InitProcessGroupKwargs(timeout=...); a generic attempt, not from the cited threads): the
+    """ "Raise the timeout" (InitProcessGroupKwargs(timeout=...); a generic attempt, not from the cited threads): the
     rank dies natively, no timeout is involved."""
     return buggy(job._replace(pg_timeout_s=1800.0))
 

@@ -101,11 +101,33 @@ symptoms = {  # 12 prompts in the reproduce child: the ninth new length hits the
     "cuda": Slow(at_least=1.5, log=LIMIT_HIT, calls=12),
 }
 
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"torch\._dynamo hit config\.(?:accumulated_)?(?:recompile_limit|cache_size_limit)|(?:recompile_limit|cache_size_limit) reached|CacheLimitExceeded|RecompileLimitExceeded|FailOnRecompileLimitHit", 0.6, "dynamo's recompile limit hit: the compiled code falls back to eager (or, with fullgraph=True, raises)"),
-    Sign("context", r"last reason: [\d/: ]*(?:L\[|tensor '|G\[)|triggered by the following guard failure|size mismatch at index \d+\. expected \d+, actual \d+|== \d{2,}\b", 0.3, "a guard on a size or an int that changes from call to call: each new value compiles again"),
-    Sign("context", r"(?i)dynamic=False|mark_dynamic|automatic_dynamic_shapes|force_parameter_static_shapes|recompil(?:e|ing|ation)s?\b", 0.2, "recompilation named in the thread: static shapes, dynamic=False, or a limit raised"),
-))
+triage_signs = TriageSigns(
+    family="dynamo's recompile limit hit",
+    cause="a guard on a size or an int that changes every call, so each value compiles again",
+    confirm="the `last reason` line names a size or an int guard that differs call to call",
+    also="graph breaks and guards on Python objects that change per call",
+    signs=(
+        Sign(
+            "failure",
+            r"torchdynamo hit recompilation cache limit|torch\._dynamo hit config\.(?:accumulated_)?(?:recompile_limit|cache_size_limit)|(?:recompile_limit|cache_size_limit) reached|CacheLimitExceeded|RecompileLimitExceeded|FailOnRecompileLimitHit",
+            0.6,
+            "dynamo's recompile limit hit: the compiled code falls back to eager (or, with fullgraph=True, raises)",
+            family=True,
+        ),
+        Sign(
+            "context",
+            r"last reason: [\d/: ]*(?:L\[|tensor '|G\[)|triggered by the following guard failure|size mismatch at index \d+\. expected \d+, actual \d+|== \d{2,}\b",
+            0.3,
+            "a guard on a size or an int that changes from call to call: each new value compiles again",
+        ),
+        Sign(
+            "context",
+            r"(?i)dynamic=False|mark_dynamic|automatic_dynamic_shapes|force_parameter_static_shapes|recompil(?:e|ing|ation)s?\b",
+            0.2,
+            "recompilation named in the thread: static shapes, dynamic=False, or a limit raised",
+        ),
+    ),
+)
 
 compiled_unit = (
     "the DiT block, `torch.compile(block, dynamic=False)`, as the wrapper compiled each block: the failure is the "
@@ -184,7 +206,9 @@ class AsymmetricJointBlock(nn.Module):
         scale_msa_x, gate_msa_x, scale_mlp_x, gate_mlp_x = self.mod_x(c).chunk(4, dim=1)
         scale_msa_y, gate_msa_y, scale_mlp_y, gate_mlp_y = self.mod_y(c).chunk(4, dim=1)
         qkv = self.prepare_qkv(x, y, scale_msa_x, scale_msa_y, packed_indices["valid_token_indices_kv"])
-        x_attn, y_attn = self.run_attention(qkv, B, N, y.size(1), packed_indices["max_seqlen_in_batch_kv"], packed_indices["valid_token_indices_kv"])
+        x_attn, y_attn = self.run_attention(
+            qkv, B, N, y.size(1), packed_indices["max_seqlen_in_batch_kv"], packed_indices["valid_token_indices_kv"]
+        )
         x = residual_tanh_gated_rmsnorm(x, x_attn, gate_msa_x)
         y = residual_tanh_gated_rmsnorm(y, y_attn, gate_msa_y)
         x = residual_tanh_gated_rmsnorm(x, self.mlp_x(modulated_rmsnorm(x, scale_mlp_x)), gate_mlp_x)

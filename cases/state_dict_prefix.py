@@ -89,11 +89,11 @@ from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
 from harness import compiled as compile_axis
 from harness.cases import Symptom
-from harness.compare import training_outputs
+from harness.measure.compare import training_outputs
 from harness.triage import Sign, TriageSigns
 
 MESSAGE = (
-    r'Error\(s\) in loading state_dict for UNet3D:\s+'
+    r"Error\(s\) in loading state_dict for UNet3D:\s+"
     r'Missing key\(s\) in state_dict: "encoders\.0\.basic_module\.SingleConv1\.groupnorm\.weight"'
     r'[\s\S]*Unexpected key\(s\) in state_dict: "module\.encoders\.0\.basic_module\.SingleConv1\.groupnorm\.weight"'
 )
@@ -104,17 +104,65 @@ symptoms = {
 
 # A checkpoint whose keys carry a wrapper's prefix (DataParallel/DDP `module.`, torch.compile `_orig_mod.`) loaded into the
 # plain model; not the reverse (a plain checkpoint into the wrapper), nor keys that differ for another reason.
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r'Unexpected key\(s\) in state_dict: "(?:module|_orig_mod)\.', 0.8, "the unexpected keys carry a wrapper's prefix: `module.` (DataParallel, DistributedDataParallel) or `_orig_mod.` (torch.compile)"),
-    Sign("failure", r'unexpected key "(?:module|_orig_mod)\.[\w.]+" in state_dict', 0.8, "an older torch's wording of the same refusal (a KeyError, pytorch/pytorch#3805, 2017): a key with the wrapper's prefix"),
-    Sign("failure", r"unexpected key in source state_dict: (?:module|_orig_mod)\.", 0.7, "mmcv/mmengine's load_checkpoint warning: the checkpoint's keys carry the wrapper's prefix"),
-    Sign("failure", r"Error\(s\) in loading state_dict for \w+:", 0.25, "a strict load_state_dict refused the keys; alone it does not say why (an architecture change gives the same line)"),
-    Sign("context", r'Missing key\(s\) in state_dict: "(?!module\.|_orig_mod\.)[\w.]+"', 0.15, "the model's own keys, without a prefix, are the missing ones: a plain model"),
-    Sign("context", r"\bin load_state_dict\b|\bload_checkpoint\b|\.load_state_dict\(", 0.1, "raised while loading a checkpoint"),
-    Sign("support", r"DataParallel|DistributedDataParallel|torch\.compile|multi-?GPU|multiple GPUs", 0.05, "a wrapper in play"),
-    Sign("veto", r"Error\(s\) in loading state_dict for (?:DataParallel|DistributedDataParallel|OptimizedModule|FullyShardedDataParallel):", 0, "the reverse: a plain checkpoint loaded into the wrapper (its missing keys carry the prefix)"),
-    Sign("veto", r'Missing key\(s\) in state_dict: "(?:module|_orig_mod)\.', 0, "the missing keys carry the prefix: the model is wrapped and the checkpoint plain, the reverse"),
-))
+triage_signs = TriageSigns(
+    family="a state dict whose keys do not match the model",
+    cause="a wrapper's key prefix (`module.` of DataParallel, `_orig_mod.` of torch.compile) on one side only",
+    confirm="the unexpected (or missing) keys are the other side's keys with `module.` or `_orig_mod.` in front",
+    also="an architecture change (renamed or added layers, other sizes), a checkpoint of another model",
+    signs=(
+        Sign(
+            "failure",
+            r'Unexpected key\(s\) in state_dict: "(?:module|_orig_mod)\.',
+            0.8,
+            "the unexpected keys carry a wrapper's prefix: `module.` (DataParallel, DistributedDataParallel) or `_orig_mod.` (torch.compile)",
+        ),
+        Sign(
+            "failure",
+            r'unexpected key "(?:module|_orig_mod)\.[\w.]+" in state_dict',
+            0.8,
+            "an older torch's wording of the same refusal (a KeyError, pytorch/pytorch#3805, 2017): a key with the wrapper's prefix",
+        ),
+        Sign(
+            "failure",
+            r"unexpected key in source state_dict: (?:module|_orig_mod)\.",
+            0.7,
+            "mmcv/mmengine's load_checkpoint warning: the checkpoint's keys carry the wrapper's prefix",
+        ),
+        Sign(
+            "failure",
+            r"Error\(s\) in loading state_dict for \w+:",
+            0.25,
+            "a strict load_state_dict refused the keys; alone it does not say why (an architecture change gives the same line)",
+            family=True,
+        ),
+        Sign(
+            "context",
+            r'Missing key\(s\) in state_dict: "(?!module\.|_orig_mod\.)[\w.]+"',
+            0.15,
+            "the model's own keys, without a prefix, are the missing ones: a plain model",
+        ),
+        Sign("context", r"\bin load_state_dict\b|\bload_checkpoint\b|\.load_state_dict\(", 0.1, "raised while loading a checkpoint"),
+        Sign("support", r"DataParallel|DistributedDataParallel|torch\.compile|multi-?GPU|multiple GPUs", 0.05, "a wrapper in play"),
+        Sign(
+            "failure",
+            r"Error\(s\) in loading state_dict for (?:DataParallel|DistributedDataParallel|OptimizedModule|FullyShardedDataParallel):",
+            0.6,
+            "the reverse direction: a plain checkpoint loaded into the wrapper (its missing keys carry the prefix)",
+        ),
+        Sign(
+            "failure",
+            r'Missing key\(s\) in state_dict: "(?:module|_orig_mod)\.',
+            0.8,
+            "the reverse direction: the missing keys carry the prefix, the model is wrapped and the checkpoint plain",
+        ),
+        Sign(
+            "against",
+            r"size mismatch for [\w.]+: copying a param with shape",
+            0,
+            "a parameter of another shape: the architecture differs, not only the keys' prefix",
+        ),
+    ),
+)
 
 compiled_unit = (
     "the loaded model, `torch.compile(model)` as a user compiles it for prediction (compiles_itself: `predicted` "

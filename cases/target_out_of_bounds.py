@@ -89,17 +89,58 @@ symptoms = {
 }
 
 # A class target outside [0, C) in the NLL / cross-entropy loss; the class weights indexed by a label are class_weight_index.
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"\bt >= 0 && t < n_classes|cur_target >= 0 && cur_target < n_classes", 0.9, "the NLL loss kernel's target check failed (Loss.cu / NLLLoss2d.cu, ClassNLLCriterion in old builds): a class target outside [0, n_classes)"),
-    Sign("failure", r"\bTarget -?\d+ is out of bounds", 0.9, "the CPU error of a cross-entropy / NLL target outside [0, n_classes)"),
-    Sign("failure", r"device-side assert triggered at \S*(?:Spatial)?ClassNLLCriterion\.cu", 0.6, "old torch's report of a device-side assert raised in the NLL loss kernel"),
-    Sign("failure", r"index out of bounds: 0 <= \S*tmp<n>", 0.3, "the bounds check of torch.compile's generated code fired; alone it does not say which op: the kernel's name does"),
-    Sign("context", r"^(?:cpp|triton_\w+?)_fused_(?!\w*_index_\w*_stack_)\w*?nll_loss(?:2d)?_forward\w*_\d+\(", 0.5, "the compiled kernel that failed computes the NLL loss and looks up nothing else (no index and stack of class weights)"),
-    Sign("context", r"\bin (?:cross_entropy|nll_loss)\b|_nn\.(?:cross_entropy_loss|nll_loss(?:2d|_nd)?)\(|F\.(?:cross_entropy|nll_loss)\(|CrossEntropyLoss\(", 0.3, "raised in cross entropy / the NLL loss"),
-    Sign("support", r"n_classes|num_classes|num_labels|ignore_index", 0.1, "the number of classes or an ignore label in play"),
-    Sign("support", r"CUDA error: device-side assert triggered", 0.1, "an asynchronous CUDA error, as the loss kernel's assert surfaces later"),
-    Sign("veto", r"IndexKernel\.cu|index -?\d+ is out of bounds for dimension|_fused_\w*?_index_\w*?nll_loss\w*?_stack_", 0, "an index past the class weights (class_weight_index), not the loss's target check"),
-))
+triage_signs = TriageSigns(
+    family="a class target outside [0, n_classes) in the NLL loss",
+    cause="labels past the number of classes (1-based labels, an ignore label not passed as ignore_index)",
+    confirm="the target's min and max against the model's number of outputs",
+    also="a model head with fewer outputs than the dataset's classes",
+    signs=(
+        Sign(
+            "failure",
+            r"\bt >= 0 && t < n_classes|cur_target >= 0 && cur_target < n_classes",
+            0.9,
+            "the NLL loss kernel's target check failed (Loss.cu / NLLLoss2d.cu, ClassNLLCriterion in old builds): a class target outside [0, n_classes)",
+        ),
+        Sign("failure", r"\bTarget -?\d+ is out of bounds", 0.9, "the CPU error of a cross-entropy / NLL target outside [0, n_classes)"),
+        Sign(
+            "failure",
+            r"device-side assert triggered at \S*(?:Spatial)?ClassNLLCriterion\.cu",
+            0.6,
+            "old torch's report of a device-side assert raised in the NLL loss kernel",
+        ),
+        Sign(
+            "failure",
+            r"index out of bounds: 0 <= \S*tmp<n>",
+            0.3,
+            "the bounds check of torch.compile's generated code fired; alone it does not say which op: the kernel's name does",
+        ),
+        Sign(
+            "context",
+            r"^(?:cpp|triton_\w+?)_fused_(?!\w*_index_\w*_stack_)\w*?nll_loss(?:2d)?_forward\w*_\d+\(",
+            0.5,
+            "the compiled kernel that failed computes the NLL loss and looks up nothing else (no index and stack of class weights)",
+        ),
+        Sign(
+            "context",
+            r"\bin (?:cross_entropy|nll_loss)\b|_nn\.(?:cross_entropy_loss|nll_loss(?:2d|_nd)?)\(|F\.(?:cross_entropy|nll_loss)\(|CrossEntropyLoss\(",
+            0.3,
+            "raised in cross entropy / the NLL loss",
+        ),
+        Sign("support", r"n_classes|num_classes|num_labels|ignore_index", 0.1, "the number of classes or an ignore label in play"),
+        Sign(
+            "support",
+            r"CUDA error: device-side assert triggered",
+            0.1,
+            "an asynchronous CUDA error, as the loss kernel's assert surfaces later",
+        ),
+        Sign(
+            "veto",
+            r"IndexKernel\.cu|index -?\d+ is out of bounds for dimension|_fused_\w*?_index_\w*?nll_loss\w*?_stack_",
+            0,
+            "an index past the class weights (class_weight_index), not the loss's target check",
+        ),
+    ),
+)
 
 compiled_unit = "the training step's targets and loss: the mask's resize and conversion, then cross entropy plus Dice"
 
@@ -120,7 +161,9 @@ def make_inputs(cfg, device):
     masks = []
     for _ in range(sizes.batch):  # one seeded ellipse per image, the object
         centre_y, centre_x, radius_y, radius_x = (torch.rand(4, generator=generator) * 0.3 + 0.35).tolist()
-        inside = ((rows / sizes.height - centre_y) / (radius_y * 0.8)) ** 2 + ((columns / sizes.width - centre_x) / (radius_x * 0.8)) ** 2 < 1
+        inside = ((rows / sizes.height - centre_y) / (radius_y * 0.8)) ** 2 + (
+            (columns / sizes.width - centre_x) / (radius_x * 0.8)
+        ) ** 2 < 1
         masks.append(inside)
     inside = torch.stack(masks)  # (N, H, W) bool
     mask_values = torch.tensor(cfg.mask_values, dtype=torch.uint8)

@@ -113,18 +113,64 @@ symptoms = {
 
 # torch.load's weights-only unpickler refusing what a checkpoint names (torch >= 2.6, or weights_only=True), and the
 # FutureWarning of the same bare call in torch 2.4-2.5; not a truncated or corrupt file, nor a TorchScript archive.
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"Unsupported global: GLOBAL \S+ was not an allowed global by default", 0.7, "the weights-only unpickler met a global the file names and no allowlist holds (torch >= 2.4's wording)"),
-    Sign("failure", r"Weights only load failed", 0.5, "torch.load's weights-only unpickler refused the file (torch >= 2.6 by default)"),
-    Sign("failure", r"WeightsUnpickler error: Unsupported class \S+", 0.6, "torch < 2.4's wording of the same refusal (`weights_only=True` passed)"),
-    Sign("failure", r"Can only build Tensor, Parameter, OrderedDict or types allowlisted via `add_safe_globals`", 0.6, "the unpickler may not set the state of a class it has not been allowed (numpy's dtype classes)"),
-    Sign("failure", r"You are using `torch\.load` with `weights_only=False` \(the current default value\)", 0.5, "torch 2.4-2.5 warn that this bare load unpickles with pickle, and will refuse the file from 2.6"),
-    Sign("context", r"\btorch\.load\(|serialization\.py.* in load\b| in load_checkpoint\b|_load_rng_state", 0.25, "raised in torch.load, or a checkpoint loader calls it"),
-    Sign("context", r"add_safe_globals|safe_globals\(\[", 0.2, "torch names the allowlist to extend"),
-    Sign("support", r"numpy\.(?:_?core\.multiarray\.(?:scalar|_reconstruct)|dtype|dtypes\.\w+)|argparse\.Namespace", 0.15, "numpy values or an argparse Namespace in a training checkpoint: the common globals"),
-    Sign("veto", r"Unsupported operand \d+|unsupported persistent id encountered", 0, "the unpickler met bytes it cannot parse: a truncated or non-torch file, not a global to allowlist"),
-    Sign("veto", r"Cannot use ``weights_only=True`` with TorchScript archives|failed finding central directory|invalid load key", 0, "a TorchScript archive or a corrupt file, not a pickle global"),
-))
+triage_signs = TriageSigns(
+    family="torch.load's weights-only unpickler refusing a global",
+    cause="a checkpoint holding Python objects (numpy scalars, argparse.Namespace) loaded with weights_only=True, the default since torch 2.6",
+    confirm="the global named in the message is in the checkpoint, and the load passes no weights_only",
+    also="an older library calling torch.load on a full pickle (a model object, not a state dict)",
+    signs=(
+        Sign(
+            "failure",
+            r"Unsupported global: GLOBAL \S+ was not an allowed global by default",
+            0.7,
+            "the weights-only unpickler met a global the file names and no allowlist holds (torch >= 2.4's wording)",
+        ),
+        Sign("failure", r"Weights only load failed", 0.5, "torch.load's weights-only unpickler refused the file (torch >= 2.6 by default)"),
+        Sign(
+            "failure",
+            r"WeightsUnpickler error: Unsupported class \S+",
+            0.6,
+            "torch < 2.4's wording of the same refusal (`weights_only=True` passed)",
+        ),
+        Sign(
+            "failure",
+            r"Can only build Tensor, Parameter, OrderedDict or types allowlisted via `add_safe_globals`",
+            0.6,
+            "the unpickler may not set the state of a class it has not been allowed (numpy's dtype classes)",
+        ),
+        Sign(
+            "failure",
+            r"You are using `torch\.load` with `weights_only=False` \(the current default value\)",
+            0.5,
+            "torch 2.4-2.5 warn that this bare load unpickles with pickle, and will refuse the file from 2.6",
+        ),
+        Sign(
+            "context",
+            r"\btorch\.load\(|serialization\.py.* in load\b| in load_checkpoint\b|_load_rng_state",
+            0.25,
+            "raised in torch.load, or a checkpoint loader calls it",
+        ),
+        Sign("context", r"add_safe_globals|safe_globals\(\[", 0.2, "torch names the allowlist to extend"),
+        Sign(
+            "support",
+            r"numpy\.(?:_?core\.multiarray\.(?:scalar|_reconstruct)|dtype|dtypes\.\w+)|argparse\.Namespace",
+            0.15,
+            "numpy values or an argparse Namespace in a training checkpoint: the common globals",
+        ),
+        Sign(
+            "veto",
+            r"Unsupported operand \d+|unsupported persistent id encountered",
+            0,
+            "the unpickler met bytes it cannot parse: a truncated or non-torch file, not a global to allowlist",
+        ),
+        Sign(
+            "veto",
+            r"Cannot use ``weights_only=True`` with TorchScript archives|failed finding central directory|invalid load key",
+            0,
+            "a TorchScript archive or a corrupt file, not a pickle global",
+        ),
+    ),
+)
 
 compiled_unit = (
     "none: the unit is torch.load, file parsing and unpickling with no tensor program; a user compiles the network the "
@@ -249,10 +295,21 @@ def nnunet_checkpoint(seed: int, sizes: dict) -> dict:
     }
     optimizer_state = {
         "state": {index: {"momentum_buffer": torch.randn(w.shape, generator=generator) * 1e-3} for index, w in enumerate(weights.values())},
-        "param_groups": [{
-            "lr": lrs[-1], "momentum": 0.99, "dampening": 0, "weight_decay": 3e-05, "nesterov": True, "maximize": False,
-            "foreach": None, "differentiable": False, "fused": None, "initial_lr": 0.01, "params": list(range(len(weights))),
-        }],
+        "param_groups": [
+            {
+                "lr": lrs[-1],
+                "momentum": 0.99,
+                "dampening": 0,
+                "weight_decay": 3e-05,
+                "nesterov": True,
+                "maximize": False,
+                "foreach": None,
+                "differentiable": False,
+                "fused": None,
+                "initial_lr": 0.01,
+                "params": list(range(len(weights))),
+            }
+        ],
     }
     labels = {"background": 0, **{f"class_{c + 1}": c + 1 for c in range(sizes["classes"])}}
     return {

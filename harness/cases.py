@@ -36,7 +36,7 @@ name. The module provides plain names, no base class:
                      recognises this failure's family in a pasted log; placed right after `symptoms`,
                      literal data only (triage reads it from the source, without importing the case)
 
-The memory phase calls a function `memory.steps` times on one inputs object (harness/memory.py): a case whose
+The memory phase calls a function `memory.steps` times on one inputs object (harness/measure/footprint.py): a case whose
 failure grows with steps writes `buggy`, `fixed`, its controls and baselines as one training step on `inputs`
 (model, optimizer, carried state in `inputs`) that may be called again and again. Its symptom on a device
 where nothing raises is `Growth(at_least=...)`: memory retained per step, measured. A failure that raises nothing
@@ -66,10 +66,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import CodeType, FunctionType, ModuleType
+from typing import TYPE_CHECKING
 
 import yaml
 
-from harness.isolate import Failure
+if TYPE_CHECKING:  # an annotation only: the case contract does not depend on the process layer
+    from harness.process.isolate import Failure
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = ROOT / "cases"
@@ -122,7 +124,11 @@ class _Ranged:
 
     def clean_status_under(self, torch_version: str, mode: str) -> str:
         """As `clean_status`, or `clean_compiled` where the torch version holds the failure and the compile mode does not."""
-        return "clean_compiled" if self.expected_on(torch_version) and not self.holds(torch_version, mode) else self.clean_status(torch_version)
+        return (
+            "clean_compiled"
+            if self.expected_on(torch_version) and not self.holds(torch_version, mode)
+            else self.clean_status(torch_version)
+        )
 
 
 @dataclass(frozen=True)
@@ -159,7 +165,7 @@ class Symptom(_Ranged):
 class Growth(_Ranged):
     """A failure that is memory growing step after step until the device runs out (no error where it is measured).
 
-    The reproduce phase runs `buggy` for `memory.steps` steps on one inputs object (harness/memory.py) and
+    The reproduce phase runs `buggy` for `memory.steps` steps on one inputs object (harness/measure/footprint.py) and
     expects the lower bound of its retained memory's slope to be at least `at_least` x the baseline's peak
     per step. `oom` is the text a real run ends with on that device (e.g. "CUDA out of memory"), for the
     record and triage: the growth is measured, an OOM is never waited for. `fixed_in` as for `Symptom`.
@@ -175,7 +181,7 @@ class Growth(_Ranged):
 @dataclass(frozen=True)
 class WrongResult(_Ranged):
     """A failure that raises nothing: `buggy` returns, and its output (values, gradients, parameters after a step, a
-    loaded state dict: harness/compare.py's `training_outputs`) differs from `reference` beyond the case's tolerance.
+    loaded state dict: harness/measure/compare.py's `training_outputs`) differs from `reference` beyond the case's tolerance.
 
     `warning`, when set, is a regex searched in the warnings the buggy call issued ("Category: message", as
     `warnings` formats them): the one sign a user sees (`Using a target size ... that is different to the input
@@ -294,10 +300,14 @@ def contract_problems(case: ModuleType) -> list[str]:
         problems.append("`bad_fixes` is empty")
     budgets = _speed_budgets(case)
     if budgets and not getattr(case, "slow_fixes", None):
-        problems.append(f"the yaml sets a speed budget ({', '.join(budgets)}) but `slow_fixes` is empty: nothing shows the speed verdict can fail")
+        problems.append(
+            f"the yaml sets a speed budget ({', '.join(budgets)}) but `slow_fixes` is empty: nothing shows the speed verdict can fail"
+        )
     memory_budgets = _budgets(case, "memory")
     if memory_budgets and not getattr(case, "memory_fixes", None):
-        problems.append(f"the yaml sets a memory budget ({', '.join(memory_budgets)}) but `memory_fixes` is empty: nothing shows the memory verdict can fail")
+        problems.append(
+            f"the yaml sets a memory budget ({', '.join(memory_budgets)}) but `memory_fixes` is empty: nothing shows the memory verdict can fail"
+        )
     if getattr(case, "slow_fixes", None) and hasattr(case, "speed_candidate") and not hasattr(case, "speed_reference"):
         problems.append("`slow_fixes` stand in for `speed_candidate`, so the case needs `speed_reference`")
     signs = getattr(case, "triage_signs", None)
@@ -314,7 +324,9 @@ def contract_problems(case: ModuleType) -> list[str]:
     if TODO in text.title:
         problems.append("docstring title still says TODO: what goes wrong, in one line")
     problems += [f"docstring lacks section {section!r}" for section in REQUIRED_SECTIONS if section not in text.sections]
-    problems += [f"docstring section {section!r} still says TODO" for section in REQUIRED_SECTIONS if TODO in text.sections.get(section, "")]
+    problems += [
+        f"docstring section {section!r} still says TODO" for section in REQUIRED_SECTIONS if TODO in text.sections.get(section, "")
+    ]
     upstream, fidelity = text.sections.get("Upstream"), text.sections.get("Fidelity")
     if upstream is not None and "https://github.com/" not in upstream:
         problems.append("docstring section 'Upstream' cites no https://github.com/ thread")
@@ -324,7 +336,17 @@ def contract_problems(case: ModuleType) -> list[str]:
 
 
 TODO = "TODO"  # the scaffold's placeholder (harness/scaffold.py): a case that still says it is unfinished
-_CASE_FUNCTIONS = ("make_inputs", "buggy", "fixed", "reference", "speed_baseline", "speed_candidate", "speed_reference", "memory_baseline", "preload")
+_CASE_FUNCTIONS = (
+    "make_inputs",
+    "buggy",
+    "fixed",
+    "reference",
+    "speed_baseline",
+    "speed_candidate",
+    "speed_reference",
+    "memory_baseline",
+    "preload",
+)
 _CONTROLS = ("bad_fixes", "slow_fixes", "memory_fixes")
 
 
@@ -335,7 +357,9 @@ def _placeholder_functions(case: ModuleType) -> list[str]:
         value = getattr(case, controls, None)
         if isinstance(value, dict):
             named += [(f"{controls}[{key!r}]", function) for key, function in value.items() if callable(function)]
-    return [name for name, function in named if isinstance(function, FunctionType) and "NotImplementedError" in global_names(function.__code__)]
+    return [
+        name for name, function in named if isinstance(function, FunctionType) and "NotImplementedError" in global_names(function.__code__)
+    ]
 
 
 def _yaml_placeholders(case: ModuleType) -> list[str]:
@@ -343,7 +367,11 @@ def _yaml_placeholders(case: ModuleType) -> list[str]:
     path = CASE_CONFIG_DIR / f"{case.__name__.rpartition('.')[2]}.yaml"
     if not path.exists():
         return []
-    return [f"conf/case/{path.name} line {number} still says TODO: {line.strip()}" for number, line in enumerate(path.read_text().splitlines(), 1) if TODO in line]
+    return [
+        f"conf/case/{path.name} line {number} still says TODO: {line.strip()}"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if TODO in line
+    ]
 
 
 def _speed_budgets(case: ModuleType) -> list[str]:

@@ -32,11 +32,21 @@ from rich.markup import escape
 
 from harness import compiled as compile_axis
 from harness import sweep
-from harness.grading import grade
 from harness.cases import ROOT, case_names, load_case
-from harness.report import print_progress, print_report
+from harness.grading import grade
 from harness.records import slurm_job
-from harness.run import ConfigError, DeviceUnavailable, JobCut, cut_by_signals, probe_environment, resolve_device, run_case, submitted_fix, validate
+from harness.report import print_progress, print_report
+from harness.run import (
+    ConfigError,
+    DeviceUnavailable,
+    JobCut,
+    cut_by_signals,
+    probe_environment,
+    resolve_device,
+    run_case,
+    submitted_fix,
+    validate,
+)
 from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, read_token, report_sweep, write_status
 
 EXIT_USAGE, EXIT_NO_DEVICE = 2, 3
@@ -114,7 +124,11 @@ def _run(cfg: DictConfig, output_dir: Path, console: Console | None = None) -> _
             return _write_exercise(cfg)
         submitted = submitted_fix(cfg)
         if submitted is not None:
-            console.print(f"[bold]grading a submitted fix[/bold]: {escape(submitted.spec)} (sha256 {submitted.sha256[:12]}) on case {cfg.case.name}", highlight=False, soft_wrap=True)
+            console.print(
+                f"[bold]grading a submitted fix[/bold]: {escape(submitted.spec)} (sha256 {submitted.sha256[:12]}) on case {cfg.case.name}",
+                highlight=False,
+                soft_wrap=True,
+            )
         with cut_by_signals():
             if _environment is None:  # probed once per process: a multirun reuses it
                 _environment = probe_environment()
@@ -203,7 +217,9 @@ def main() -> None:
     except SystemExit as exit_:
         if exit_.code not in (None, 0):
             if sweep.current is not None and sweep.sweep_jobs(*sweep.current):
-                sys.exit(max(EXIT_CHECK_FAILED, report_sweep(*sweep.current, _console())))  # a job or the launcher failed (Hydra said which)
+                sys.exit(
+                    max(EXIT_CHECK_FAILED, report_sweep(*sweep.current, _console()))
+                )  # a job or the launcher failed (Hydra said which)
             if _jobs_started == 0:
                 _hint_at_missing_launchers()
                 sys.exit(EXIT_USAGE)  # Hydra refused the command line (unknown case, bad override)

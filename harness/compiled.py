@@ -13,7 +13,7 @@ from `cfg.compile`.
 Kernels are kept in a cache the harness owns, one folder per torch version (`cache_dir`), so a second run
 reuses them; every phase but reproduce generates CPU kernels for the speed phase's thread count, so that one
 phase's kernels are the next one's cache hits. A child that runs a submitted fix is confined
-(harness/grading/confine.py), and compiles into a folder of its grade's own instead (its precompiled header
+(harness/process/confine.py), and compiles into a folder of its grade's own instead (its precompiled header
 too), shared by that grade's confined children (and the ranks they start) and deleted after it: a submission
 can neither read what another submission left nor leave anything for the next, and it cannot write the
 harness's cache, which the model solution's children read in a grade too (a poisoned kernel of the baseline
@@ -38,7 +38,9 @@ CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "t
 # Exceptions of the compiler itself, by the module that defines them (their names moved between releases).
 COMPILER_MODULES = re.compile(r"^torch\.(?:_dynamo|_inductor|_functorch|_subclasses|_higher_order_ops|_export|fx)\b")
 # What a process killed by a native error printed last: the C++ exception from a generated kernel and the like.
-NATIVE_LINES = re.compile(r"terminate called|what\(\):|index out of bounds|Fatal Python error|Assertion .* failed|Aborted|Segmentation fault")
+NATIVE_LINES = re.compile(
+    r"terminate called|what\(\):|index out of bounds|Fatal Python error|Assertion .* failed|Aborted|Segmentation fault"
+)
 
 
 def mode_of(cfg: Any) -> str:
@@ -97,7 +99,9 @@ def cache_dir(private: bool) -> Path:
     return CACHE_ROOT / f"torch-{torch.__version__.split('+')[0]}"
 
 
-PRIVATE_KERNELS = "HARNESS_PRIVATE_KERNELS"  # "1" in a confined child: the processes it starts (a launcher's ranks) compile into its folder too
+PRIVATE_KERNELS = (
+    "HARNESS_PRIVATE_KERNELS"  # "1" in a confined child: the processes it starts (a launcher's ranks) compile into its folder too
+)
 
 
 def prepare(private: bool, kernel_threads: int | None = None) -> str:
@@ -139,7 +143,9 @@ def private_headers(folder: Path) -> None:
         from torch._inductor import codecache, cpp_builder
     except ImportError:
         codecache = cpp_builder = None
-    if not (hasattr(codecache, "_HEADER_DIR") and hasattr(cpp_builder, "_create_if_dir_not_exist")):  # kept elsewhere: none, rather than shared
+    if not (
+        hasattr(codecache, "_HEADER_DIR") and hasattr(cpp_builder, "_create_if_dir_not_exist")
+    ):  # kept elsewhere: none, rather than shared
         inductor_config.cpp_cache_precompile_headers = False
         return
     codecache._HEADER_DIR = str(folder / "precompiled_headers")
@@ -177,10 +183,12 @@ def compiled(function: Callable, cfg: Any, *, fullgraph: bool = False, dynamic: 
     return under(mode_of(cfg), function, fullgraph=fullgraph, dynamic=dynamic, kernel_threads=cfg.get("kernel_threads"))
 
 
-def under(mode: str, function: Callable, *, fullgraph: bool = False, dynamic: bool | None = None, kernel_threads: int | None = None) -> Callable:
+def under(
+    mode: str, function: Callable, *, fullgraph: bool = False, dynamic: bool | None = None, kernel_threads: int | None = None
+) -> Callable:
     """`function` (or an nn.Module) compiled with backend `mode` (torch.compile's `fullgraph` and `dynamic` as given);
     itself when `mode` is off. A confined child (a grade's) has its kernel folder set by confinement
-    (harness/grading/confine.py), which `prepare` follows."""
+    (harness/process/confine.py), which `prepare` follows."""
     if mode == "off":
         return function
     import torch
@@ -237,7 +245,9 @@ def preload_compiler() -> None:
 
 def is_compiler_error(types: tuple[str, ...], modules: tuple[str, ...]) -> bool:
     """Whether an exception came from the compiler (dynamo, AOTAutograd, inductor) rather than from the code compiled."""
-    return any(COMPILER_MODULES.match(module) for module in modules) or any(name in ("BackendCompilerFailed", "Unsupported", "InternalTorchDynamoError") for name in types)
+    return any(COMPILER_MODULES.match(module) for module in modules) or any(
+        name in ("BackendCompilerFailed", "Unsupported", "InternalTorchDynamoError") for name in types
+    )
 
 
 def native_message(output: str, limit: int = 6) -> list[str]:
@@ -249,7 +259,9 @@ def native_message(output: str, limit: int = 6) -> list[str]:
 def native_headline(lines: list[str]) -> str:
     """The line of a native abort that says what broke: the C++ exception's `what():`, else the first one."""
     telling = [line for line in lines if "what():" in line] or [line for line in lines if "index out of bounds" in line] or lines
-    return re.sub(r"(?:/[^/\s,]+)+/(?:[a-z0-9]{32,}\.)?([^/\s,]+)", r"\1", telling[0].strip()) if telling else "no native message"  # a kernel's path: its file name
+    return (
+        re.sub(r"(?:/[^/\s,]+)+/(?:[a-z0-9]{32,}\.)?([^/\s,]+)", r"\1", telling[0].strip()) if telling else "no native message"
+    )  # a kernel's path: its file name
 
 
 def graph_report(function: Callable, inputs: Any) -> dict[str, Any]:

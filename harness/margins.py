@@ -89,7 +89,12 @@ def _memory(figures: dict[str, Any], message: str) -> tuple[float | None, str]:
     budget = figures.get("budget") or {}
     parts = []
     if budget.get("growth") and figures.get("growth_fraction_low") is not None:
-        parts.append((figures["growth_fraction_low"] / budget["growth"], f"growth {figures['growth_fraction_low']:.3f} (low end) of the unit against {budget['growth']:g}"))
+        parts.append(
+            (
+                figures["growth_fraction_low"] / budget["growth"],
+                f"growth {figures['growth_fraction_low']:.3f} (low end) of the unit against {budget['growth']:g}",
+            )
+        )
     if budget.get("peak") and figures.get("peak_ratio") is not None:
         parts.append((figures["peak_ratio"] / budget["peak"], f"peak {figures['peak_ratio']:.2f}x against {budget['peak']:g}x"))
     if not parts:
@@ -108,7 +113,10 @@ def _bad_fix(figures: dict[str, Any], message: str) -> tuple[float | None, str]:
         return math.inf, f"{figures['mismatched_integers']} of {figures['integers']} integers differ (compared exactly)"
     if figures.get("tolerance_excess") is None:
         return None, f"no tolerance_excess in the record (made before it was measured): {message[:120]}"
-    return figures["tolerance_excess"], f"its worst element {figures['tolerance_excess']:.3g}x its tolerance; {figures.get('mismatched_floats')} of {figures.get('floats')} floats beyond it"
+    return (
+        figures["tolerance_excess"],
+        f"its worst element {figures['tolerance_excess']:.3g}x its tolerance; {figures.get('mismatched_floats')} of {figures.get('floats')} floats beyond it",
+    )
 
 
 def report(found: list[Margin]) -> tuple[list[str], dict[Standing, int]]:
@@ -141,7 +149,13 @@ def table(found: list[Margin]) -> str:
             continue
         measured = [m for m in judged if m.margin is not None]
         smallest = min(measured, key=lambda m: m.margin) if measured else None
-        shown = "-" if smallest is None else "categorical" if smallest.margin == math.inf else f"{smallest.margin:.2f}x ({smallest.record.torch} {smallest.record.platform})"
+        shown = (
+            "-"
+            if smallest is None
+            else "categorical"
+            if smallest.margin == math.inf
+            else f"{smallest.margin:.2f}x ({smallest.record.torch} {smallest.record.platform})"
+        )
         short = [m for m in judged if not m.ok]
         lines.append(f"| `{case}` | `{phase}` | {shown} | {len(short)} / {len(judged)} |")
     return "\n".join(lines) + "\n"

@@ -28,7 +28,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from harness import margins as control_margins
-from harness.recordset import Record, load_records
+from harness.recordset import Record, RecordFormatError, load_records
 from harness.triage import normalise
 
 EXPECTATIONS = Path(__file__).resolve().parent.parent / "expectations.yaml"
@@ -142,13 +142,24 @@ def table(records: list[Record]) -> str:
         device_records = by_device[device]
         versions = sorted({record.torch for record in device_records}, key=Version)
         cells = {(record.case, record.compile, record.torch): record for record in device_records}
-        lines += [f"### {device}", "", "| case | compile | " + " | ".join(f"torch {v}" for v in versions) + " |", "|---" * (len(versions) + 2) + "|"]
-        for case, mode in sorted({(record.case, record.compile) for record in device_records}, key=lambda key: (key[0], key[1] != "off", key[1])):
+        lines += [
+            f"### {device}",
+            "",
+            "| case | compile | " + " | ".join(f"torch {v}" for v in versions) + " |",
+            "|---" * (len(versions) + 2) + "|",
+        ]
+        for case, mode in sorted(
+            {(record.case, record.compile) for record in device_records}, key=lambda key: (key[0], key[1] != "off", key[1])
+        ):
             row = [_cell(cells.get((case, mode, version))) for version in versions]
             lines.append(f"| `{case}` | {'eager' if mode == 'off' else mode} | " + " | ".join(row) + " |")
         inconclusive = undecided(device_records)
         lines += ["", f"Speed verdicts inconclusive (ok, not a pass): {len(inconclusive)} of {len(device_records)} records."]
-        lines += ["", "Where behaviour changed between adjacent versions (the outcome, or the failure's text beyond generated names and locations):", ""]
+        lines += [
+            "",
+            "Where behaviour changed between adjacent versions (the outcome, or the failure's text beyond generated names and locations):",
+            "",
+        ]
         changes = _changes(device_records, versions)
         lines += changes or ["- nowhere: every case behaves the same on every version"]
         lines.append("")
@@ -285,7 +296,9 @@ def _record_changes(before: Record, after: Record, threshold: float) -> list[str
                 lines += ["- symptom text:", f"  - before: {_symptom(before)}", f"  - after: {_symptom(after)}"]
     speed_change = _speed_change(before.figures.get("speed", {}), after.figures.get("speed", {}), threshold)
     if speed_change:
-        lines.append(f"- speed: {speed_change} (status {before.statuses.get('speed', 'not run')} -> {after.statuses.get('speed', 'not run')})")
+        lines.append(
+            f"- speed: {speed_change} (status {before.statuses.get('speed', 'not run')} -> {after.statuses.get('speed', 'not run')})"
+        )
     return lines
 
 
@@ -343,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     command = commands.add_parser("changes", help="markdown: what changed from the records in OLD to those in NEW")
     command.add_argument("old", type=Path, help="folder of the earlier records (per case and device its newest torch is compared)")
     command.add_argument("new", type=Path, help="folder of the later records")
-    command.add_argument("--threshold", type=float, default=SPEED_THRESHOLD, help="relative speed change reported where a record has no interval")
+    command.add_argument(
+        "--threshold", type=float, default=SPEED_THRESHOLD, help="relative speed change reported where a record has no interval"
+    )
     args = parser.parse_args(argv)
     folders = [args.old, args.new] if args.command == "changes" else [args.records]
     loaded = []
@@ -351,7 +366,11 @@ def main(argv: list[str] | None = None) -> int:
         if not folder.is_dir():
             print(f"error: {folder} is not a folder of records", file=sys.stderr)
             return 2
-        loaded.append(load_records(folder))
+        try:
+            loaded.append(load_records(folder))
+        except RecordFormatError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         if not loaded[-1]:
             print(f"error: no harness records under {folder}", file=sys.stderr)
             return 2

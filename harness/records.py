@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import ROOT
-from harness.grading.submitted import Submission
+from harness.process.submitted import Submission
+from harness.recordset import RECORD_FORMAT, check_format
 
 UPSTREAM_PACKAGES = ("torch", "snac", "speechbrain", "torchaudio", "mmsegmentation", "mmengine", "mmcv", "mmcv-lite", "hydra-core", "numpy")
 
@@ -44,6 +45,7 @@ class CaseRecord:
     graded_fix: Submission | None = None  # set when a submitted fix was graded (fix=<file.py>:<function>)
     verdict: str | None = None  # the grade's last line: "accepted: ..." or "rejected by <check>: ..."
     compile: str = "off"  # torch.compile's backend every phase ran under, or off (eager): harness/compiled.py
+    format_version: int = RECORD_FORMAT  # the JSON layout, checked when read (harness/recordset.py)
 
     @property
     def ok(self) -> bool:
@@ -66,8 +68,9 @@ def write_record(record: CaseRecord, path: Path) -> None:
 
 
 def load_record(path: Path) -> CaseRecord:
-    """A record back from its JSON file (fields a newer harness added are ignored)."""
+    """A record back from its JSON file (fields a newer harness added are ignored; a newer format is refused)."""
     data = json.loads(Path(path).read_text())
+    check_format(data, Path(path))
     phase_fields = {f.name for f in dataclasses.fields(PhaseRecord)}
     record_fields = {f.name for f in dataclasses.fields(CaseRecord)} - {"phases"}
     phases = [PhaseRecord(**{k: v for k, v in phase.items() if k in phase_fields}) for phase in data.get("phases", [])]
@@ -127,7 +130,10 @@ def probe_device() -> dict[str, Any]:
 def _cpu_model() -> str | None:
     """The processor's name (a speed ratio is a ratio on that CPU: a float16 step costs 7x more on one than another)."""
     try:
-        return next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), None)
+        return next(
+            (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+            None,
+        )
     except OSError:
         return platform.processor() or None
 
@@ -151,7 +157,9 @@ def _git_commit() -> str | None:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, timeout=5
+        )
         return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -159,7 +167,9 @@ def _git_commit() -> str | None:
 
 def _nvidia_driver() -> str | None:
     try:
-        query = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+        query = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        )
         return query.stdout.strip().splitlines()[0] if query.returncode == 0 and query.stdout.strip() else None
     except (OSError, subprocess.SubprocessError):
         return None

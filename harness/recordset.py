@@ -13,6 +13,22 @@ from typing import Any
 
 from packaging.version import Version
 
+RECORD_FORMAT = 1  # the JSON layout of a record (harness/records.py); records from before the field existed are format 1
+
+
+class RecordFormatError(ValueError):
+    """A record written by a newer harness, in a layout this one cannot read."""
+
+
+def check_format(data: dict[str, Any], path: Path) -> int:
+    """The record's format version, checked: a missing one is 1 (the layout before records carried it)."""
+    version = data.get("format_version", 1)
+    if not isinstance(version, int) or not 1 <= version <= RECORD_FORMAT:
+        raise RecordFormatError(
+            f"{path}: record format {version!r}; this harness reads formats 1 to {RECORD_FORMAT} (a newer harness wrote it?)"
+        )
+    return version
+
 
 @dataclass(frozen=True)
 class Record:
@@ -41,6 +57,7 @@ def load_records(folder: Path) -> list[Record]:
         data = json.loads(path.read_text())
         if not {"case", "device", "phases", "environment"} <= data.keys():
             continue  # not a harness record (e.g. a benchmark file)
+        check_format(data, path)
         phases = data["phases"]
         records.append(
             Record(

@@ -47,7 +47,9 @@ def print_progress(console: Console, case: str, device: str, phase: str, record:
     if record is None:
         console.print(f"[dim]{case} on {device}: {phase} ...[/dim]")
     else:
-        console.print(f"[dim]{case} on {device}:[/dim] {record.phase} {_mark(record)} {_status(record)} [dim]({record.seconds:.2f} s)[/dim]")
+        console.print(
+            f"[dim]{case} on {device}:[/dim] {record.phase} {_mark(record)} {_status(record)} [dim]({record.seconds:.2f} s)[/dim]"
+        )
 
 
 def print_report(console: Console, record: CaseRecord, path: Path, show_fix: bool = True) -> None:
@@ -66,7 +68,10 @@ def print_report(console: Console, record: CaseRecord, path: Path, show_fix: boo
     if seen is not None:
         if compiled:
             console.print(f"[bold]Compiled[/bold]: {escape(case.compiled_unit)}", highlight=False)
-        console.print(f"[bold]Seen here[/bold] ({record.device}, torch {record.environment.get('torch')}{compiled}): {escape(seen.message)}", highlight=False)
+        console.print(
+            f"[bold]Seen here[/bold] ({record.device}, torch {record.environment.get('torch')}{compiled}): {escape(seen.message)}",
+            highlight=False,
+        )
         for line in seen.figures.get("native_message", []):
             console.print(f"    {escape(line)}", highlight=False)
         for key in ("output_line", "raised_at", "unrelated_op_after_error"):
@@ -150,16 +155,25 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
             speed_cell(by_phase.get("speed")),
             f"{sum(p.status == 'flagged' for p in slow_fixes)}/{len(slow_fixes)} flagged" if slow_fixes else "-",
             f"{sum(p.status == 'rejected' for p in bad_fixes)}/{len(bad_fixes)} rejected" if bad_fixes else "-",
-            memory_cell(by_phase.get("memory"), [phase for phase in record.phases if phase.phase.startswith("memory_fix:") and phase.status != "no_budget"]),
+            memory_cell(
+                by_phase.get("memory"),
+                [phase for phase in record.phases if phase.phase.startswith("memory_fix:") and phase.status != "no_budget"],
+            ),
         )
     _print_whole(console, table)
     if undecided["speed"]:
-        console.print(f"[yellow]{undecided['speed']} speed verdict(s) inconclusive[/yellow]: ok, but not a pass; rerun, or raise speed.max_s")
+        console.print(
+            f"[yellow]{undecided['speed']} speed verdict(s) inconclusive[/yellow]: ok, but not a pass; rerun, or raise speed.max_s"
+        )
     if undecided["memory"]:
-        console.print(f"[yellow]{undecided['memory']} memory verdict(s) inconclusive[/yellow]: ok, but not a pass; rerun, or raise case.memory.steps")
+        console.print(
+            f"[yellow]{undecided['memory']} memory verdict(s) inconclusive[/yellow]: ok, but not a pass; rerun, or raise case.memory.steps"
+        )
     cut = sum(_is_cut(note) for note in notes)
     if cut:
-        console.print(f"[red]{cut} job(s) cut[/red] before they finished (cancelled, out of time, killed): not a verdict on the case; each record keeps the phases before the cut")
+        console.print(
+            f"[red]{cut} job(s) cut[/red] before they finished (cancelled, out of time, killed): not a verdict on the case; each record keeps the phases before the cut"
+        )
     for footnote in footnotes:
         console.print(f"[red]{'cut' if _is_cut(footnote.partition(': ')[2]) else 'NO'}[/red] {footnote}", highlight=False)
     paths = [str(row[1].parent) for row in rows if row[1] is not None]

@@ -10,19 +10,19 @@ import signal
 import tempfile
 import threading
 import time
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
 from harness import compiled as compile_axis
-from harness.grading import grade
-from harness.grading.confine import Limits
 from harness.cases import case_names, case_text, contract_problems, fork_server_modules, load_case
-from harness.isolate import preload, run_isolated
-from harness.memory import MemorySettings
+from harness.grading import grade
+from harness.measure.footprint import MemorySettings
 from harness.phases import PHASES, Settings, SpeedSettings, run_phase
+from harness.process.confine import Limits
+from harness.process.isolate import preload, run_isolated
 from harness.records import CaseRecord, PhaseRecord, host_environment, now, probe_device, write_record
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
@@ -92,7 +92,14 @@ def validate(cfg: DictConfig) -> None:
     if not cfg.timeout_s > 0:
         raise ConfigError(f"timeout_s={cfg.timeout_s}: must be positive")
     speed = speed_settings(cfg)
-    if not (speed.pairs >= 2 and speed.warmup >= 0 and 2 <= speed.min_processes <= speed.max_processes and speed.max_s > 0 and speed.process_s >= 0 and 0 < speed.level < 1):
+    if not (
+        speed.pairs >= 2
+        and speed.warmup >= 0
+        and 2 <= speed.min_processes <= speed.max_processes
+        and speed.max_s > 0
+        and speed.process_s >= 0
+        and 0 < speed.level < 1
+    ):
         raise ConfigError(
             f"speed: pairs={speed.pairs}, warmup={speed.warmup}, min_processes={speed.min_processes}, max_processes={speed.max_processes}, "
             f"max_s={speed.max_s}, process_s={speed.process_s}, level={speed.level}: need pairs >= 2, warmup >= 0, "
@@ -100,7 +107,9 @@ def validate(cfg: DictConfig) -> None:
         )
     memory = memory_settings(cfg)
     if not (memory.steps >= 3 and memory.warmup >= 0 and 0 < memory.level < 1):
-        raise ConfigError(f"memory: steps={memory.steps}, warmup={memory.warmup}, level={memory.level}: need steps >= 3 (a slope and its interval), warmup >= 0, 0 < level < 1")
+        raise ConfigError(
+            f"memory: steps={memory.steps}, warmup={memory.warmup}, level={memory.level}: need steps >= 3 (a slope and its interval), warmup >= 0, 0 < level < 1"
+        )
     if not cfg.speed.cpu_threads >= 1:
         raise ConfigError(f"speed.cpu_threads={cfg.speed.cpu_threads}: need at least 1")
     if cfg.case.name not in case_names():
@@ -230,7 +239,10 @@ def on_device(case_cfg: Any, device: str) -> Any:
     if wider is None:
         return case_cfg
     merged = OmegaConf.merge(case_cfg, {})
-    merged.tolerance = {**merged.tolerance, **{bound: max(float(case_cfg.tolerance[bound]), float(wider[bound])) for bound in ("atol", "rtol")}}
+    merged.tolerance = {
+        **merged.tolerance,
+        **{bound: max(float(case_cfg.tolerance[bound]), float(wider[bound])) for bound in ("atol", "rtol")},
+    }
     return merged
 
 
@@ -255,7 +267,14 @@ def run_case(
     # compiles itself, a fix that calls torch.compile), and each child compiling cold cost recompile_limit 30 s.
     kernels = tempfile.mkdtemp(prefix="harness-grade-kernels-") if submitted is not None else None
     limits = Limits(kernels=kernels)
-    settings = Settings(device=device, timeout_s=float(cfg.timeout_s), speed=speed_settings(cfg), cpu_threads=int(cfg.speed.cpu_threads), limits=limits, memory=memory_settings(cfg))
+    settings = Settings(
+        device=device,
+        timeout_s=float(cfg.timeout_s),
+        speed=speed_settings(cfg),
+        cpu_threads=int(cfg.speed.cpu_threads),
+        limits=limits,
+        memory=memory_settings(cfg),
+    )
     record = CaseRecord(
         case=cfg.case.name,
         title=case_text(case).title,

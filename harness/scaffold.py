@@ -42,7 +42,9 @@ def problem(name: str, root: Path = ROOT) -> str | None:
     if not NAME.fullmatch(name) or keyword.iskeyword(name):
         return f"{name!r} is not a case name: use a lowercase Python identifier (letters, digits, _; starting with a letter)"
     written = paths(name, root).values()
-    taken = [path.relative_to(root) for path in (p.parent if p.name == "README.md" else p for p in written) if path.exists()]  # a log folder, not its README
+    taken = [
+        path.relative_to(root) for path in (p.parent if p.name == "README.md" else p for p in written) if path.exists()
+    ]  # a log folder, not its README
     if taken:
         return f"case {name!r} exists already ({', '.join(map(str, taken))}): nothing written"
     return None
@@ -53,7 +55,12 @@ def scaffold(name: str, root: Path = ROOT) -> list[Path]:
     why = problem(name, root)
     if why:
         raise ValueError(why)
-    texts = {"module": module_text(name), "config": config_text(name), "logs": LOGS_README.format(name=name), "held_out": HELD_OUT_README.format(name=name)}
+    texts = {
+        "module": module_text(name),
+        "config": config_text(name),
+        "logs": LOGS_README.format(name=name),
+        "held_out": HELD_OUT_README.format(name=name),
+    }
     written = []
     for role, path in paths(name, root).items():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,7 +170,7 @@ bad_fixes = {}
 slow_fixes = {}
 '''
 
-CONFIG = '''# python -m harness case=<name>
+CONFIG = """# python -m harness case=<name>
 name: <name>
 seed: 0
 sizes: {}           # TODO: the upstream sizes, positive integers (batch: 64, ...)
@@ -179,7 +186,7 @@ summary:  # the box above the page's story: what you see, why, the fix, a short 
   see: "TODO: what you see: the error's line, or what goes wrong where nothing raises"
   why: "TODO: why, in one line"
   fix: "TODO: the fix, in one line"
-'''
+"""
 
 LOGS_README = """# Triage logs of {name}
 

@@ -35,7 +35,12 @@ def main(argv: list[str]) -> int:
         return 2
     accepted = action == "accept"
     verdict = "accepted: fix, correct, speed passed" if accepted else "rejected by correct: mismatch: 3 of 8 values differ"
-    speed = {"phase": "speed", "status": "within_budget", "ok": True, "figures": {"ratio": 1.02, "ratio_low": 0.98, "ratio_high": 1.06, "budget": 1.15}}
+    speed = {
+        "phase": "speed",
+        "status": "within_budget",
+        "ok": True,
+        "figures": {"ratio": 1.02, "ratio_low": 0.98, "ratio_high": 1.06, "budget": 1.15},
+    }
     record = {"case": case, "verdict": verdict, "phases": [speed]}
     (folder / f"{case}.{args['device']}.json").write_text(json.dumps(record))
     helper.kill()

@@ -26,7 +26,9 @@ def pytest_xdist_auto_num_workers(config) -> int:
     and a timing needs the machine to itself."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
-    if config.getoption("markexpr", "") != "not slow" or any(config.getoption(option, None) for option in ("benchmark_only", "benchmark_save", "benchmark_autosave", "benchmark_compare")):
+    if config.getoption("markexpr", "") != "not slow" or any(
+        config.getoption(option, None) for option in ("benchmark_only", "benchmark_save", "benchmark_autosave", "benchmark_compare")
+    ):
         return 0
     return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
 

@@ -7,7 +7,7 @@ import mmap
 import numpy as np
 import torch
 
-from harness import memory
+from harness.measure import footprint as memory
 
 MIB = 1 << 20
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cases import autocast_device as case  # noqa: E402
-from harness.compare import compare  # noqa: E402
+from harness.measure.compare import compare  # noqa: E402
 from tests.conftest import requires_cuda  # noqa: E402
 
 try:

@@ -74,9 +74,14 @@ def test_the_task_set_hash_is_stable_and_changes_with_a_starter(tmp_path, monkey
     first = tasks.write_tasks(tmp_path / "a")
     second = tasks.write_tasks(tmp_path / "b")
     assert first == second and first["cases"] == case_names()
-    assert tasks.content_hash({str(p.relative_to(tmp_path / "a")): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}) == first["sha256"]
+    assert (
+        tasks.content_hash({str(p.relative_to(tmp_path / "a")): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()})
+        == first["sha256"]
+    )
     original = tasks.starter_source
-    monkeypatch.setattr(tasks, "starter_source", lambda case, path: original(case, path) + ("# edited\n" if case.__name__ == "cases.embedding_oob" else ""))
+    monkeypatch.setattr(
+        tasks, "starter_source", lambda case, path: original(case, path) + ("# edited\n" if case.__name__ == "cases.embedding_oob" else "")
+    )
     assert tasks.set_hash() != first["sha256"]
 
 
@@ -112,7 +117,11 @@ def test_discover_groups_files_by_case_and_names_the_rest(tmp_path):
 
 
 def _result(case, status, ratio=None, speed_status="within_budget"):
-    speed = None if ratio is None else {"status": speed_status, "ratio": ratio, "ratio_low": ratio * 0.95, "ratio_high": ratio * 1.05, "budget": 1.15}
+    speed = (
+        None
+        if ratio is None
+        else {"status": speed_status, "ratio": ratio, "ratio_low": ratio * 0.95, "ratio_high": ratio * 1.05, "budget": 1.15}
+    )
     return CaseResult(case, status, speed=speed, seconds=1.0)
 
 
@@ -132,7 +141,15 @@ def test_the_summary_counts_resolved_rates_fast_p_and_the_geometric_mean():
 
 def test_compare_names_verdict_flips_and_ratios_that_left_their_interval():
     def made(results):
-        return scoreboard.scoreboard(results, [], {"task_set": {"sha256": "x" * 64, "format": 1}, "settings": {"device": "cpu", "compile": "off"}, "environment": {"torch": "2.13.0"}})
+        return scoreboard.scoreboard(
+            results,
+            [],
+            {
+                "task_set": {"sha256": "x" * 64, "format": 1},
+                "settings": {"device": "cpu", "compile": "off"},
+                "environment": {"torch": "2.13.0"},
+            },
+        )
 
     a = made({"a": _result("a", "accepted", 1.0), "b": _result("b", "accepted", 1.0), "c": _result("c", "accepted", 1.0)})
     b = made({"a": _result("a", "rejected", 1.0, "over_budget"), "b": _result("b", "accepted", 1.5), "c": _result("c", "accepted", 1.02)})
@@ -146,7 +163,10 @@ def test_compare_names_verdict_flips_and_ratios_that_left_their_interval():
 
 
 def test_bad_input_gets_a_named_verdict_each_and_the_run_goes_on(tmp_path, stand_in):
-    fixes = fixes_folder(tmp_path / "fixes", {"embedding_oob": "accept", "codebook_oob": "die", "autocast_device": "usage", "backward_twice": "hang", "nosuch": "accept"})
+    fixes = fixes_folder(
+        tmp_path / "fixes",
+        {"embedding_oob": "accept", "codebook_oob": "die", "autocast_device": "usage", "backward_twice": "hang", "nosuch": "accept"},
+    )
     (fixes / "fix_class_weight_index.py").write_text("def fix(x) return x\n")
     (fixes / "fix_graph_kept_alive.py").write_bytes(b"def fix(x):\n    return x\0\n")
     fixes_folder(fixes / "copy", {"inplace_modified": "accept"})
@@ -156,8 +176,13 @@ def test_bad_input_gets_a_named_verdict_each_and_the_run_goes_on(tmp_path, stand
     got = board(tmp_path / "out")
     status = {case: r["status"] for case, r in got["cases"].items()}
     submitted = {
-        "autocast_device": "bad_submission", "backward_twice": "grader_timeout", "class_weight_index": "syntax_error", "codebook_oob": "grader_crashed",
-        "embedding_oob": "accepted", "graph_kept_alive": "syntax_error", "inplace_modified": "duplicate",
+        "autocast_device": "bad_submission",
+        "backward_twice": "grader_timeout",
+        "class_weight_index": "syntax_error",
+        "codebook_oob": "grader_crashed",
+        "embedding_oob": "accepted",
+        "graph_kept_alive": "syntax_error",
+        "inplace_modified": "duplicate",
     }
     assert status == {name: submitted.get(name, "not_attempted") for name in case_names()}
     assert "SIGSEGV" in got["cases"]["codebook_oob"]["verdict"] and "no function fix" in got["cases"]["autocast_device"]["verdict"]
@@ -319,7 +344,7 @@ def test_no_attack_is_accepted(tmp_path):
     assert not accepted
 
 
-KILLS_ITS_GRADER = '''import os, signal
+KILLS_ITS_GRADER = """import os, signal
 
 def _grader():
     pid = os.getppid()
@@ -334,7 +359,7 @@ os.kill(_grader(), signal.SIGKILL)
 
 def fix(x):
     return x
-'''
+"""
 
 
 @pytest.mark.slow
@@ -350,4 +375,6 @@ def test_a_file_that_signals_or_hangs_its_grader_gets_a_named_verdict(tmp_path):
     refused = got["embedding_oob"]  # the confined child's signal guard refuses the kill: the grader lives to name it
     assert refused["status"] == "rejected" and refused["first_failing"] == "integrity: signalled_outside_sandbox", refused
     assert "SIGKILL" in refused["verdict"], refused
-    assert got["class_weight_index"]["status"] == "rejected" and got["class_weight_index"]["first_failing"] == "fix: timeout", got["class_weight_index"]
+    assert got["class_weight_index"]["status"] == "rejected" and got["class_weight_index"]["first_failing"] == "fix: timeout", got[
+        "class_weight_index"
+    ]

@@ -94,7 +94,9 @@ def test_the_speed_verdict_can_go_either_way(environment, tmp_path):
 def test_a_slow_fix_under_a_generous_budget_is_missed(environment, tmp_path):
     """The control's own check can fail: with room for anything, the slow fix is not flagged, and that is a failure."""
     overrides = ("speed.process_s=0.1", "case.speed.budget.cpu=100")
-    record, _ = run_case(compose_config("case=embedding_oob", "device=cpu", "phases=[slow_fixes]", *overrides), "cpu", tmp_path, environment)
+    record, _ = run_case(
+        compose_config("case=embedding_oob", "device=cpu", "phases=[slow_fixes]", *overrides), "cpu", tmp_path, environment
+    )
     assert [(phase.status, phase.ok) for phase in record.phases] == [("missed", False)] * len(record.phases) and record.phases
 
 

@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from cases import checkpoint_no_grad as case
 from harness.cases import CASE_CONFIG_DIR
-from harness.compare import compare
+from harness.measure.compare import compare
 
 # What `checkpoint(...)` without use_reentrant warns, per release (the case's docstring says which rows were run: 2.13.0
 # here; the others from pytorch PRs #100551, #116710, #160643, the 2.3.0 release notes, issue #160534 and users' logs).
@@ -19,7 +19,11 @@ UNSET_WARNING = (
     ("2.1", "2.3", r"please pass in use_reentrant=True or use_reentrant=False explicitly"),
     ("2.3", "2.4", r"should be passed explicitly\. In version 2\.4 we will raise an exception"),
     ("2.4", "2.9", r"should be passed explicitly\. In version 2\.[45] we will raise an exception"),
-    ("2.9", None, r"should be passed explicitly\. Starting in PyTorch 2\.9, calling checkpoint without use_reentrant will raise an exception"),
+    (
+        "2.9",
+        None,
+        r"should be passed explicitly\. Starting in PyTorch 2\.9, calling checkpoint without use_reentrant will raise an exception",
+    ),
 )
 NO_GRAD_WARNING = "None of the inputs have requires_grad=True. Gradients will be None"
 
@@ -63,7 +67,9 @@ def test_buggy_trains_the_head_and_leaves_every_adapter_without_a_gradient(cfg):
     adapters = [name for name in want["grad"] if ".lora_" in name]
     head = {name: got["grad"][name] for name in want["grad"] if name.startswith("classifier.")}
     assert len(adapters) == 4 * cfg.sizes.layers and all(got["grad"][name] is None for name in adapters)
-    assert compare({"loss": got["loss"], "grad": head}, {"loss": want["loss"], "grad": {n: want["grad"][n] for n in head}}, **cfg.tolerance)["match"]
+    assert compare(
+        {"loss": got["loss"], "grad": head}, {"loss": want["loss"], "grad": {n: want["grad"][n] for n in head}}, **cfg.tolerance
+    )["match"]
     assert sum(NO_GRAD_WARNING in str(w.message) for w in caught) == cfg.sizes.layers  # one per checkpointed layer
 
 

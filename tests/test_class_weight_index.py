@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from cases import class_weight_index as case
 from harness.cases import CASE_CONFIG_DIR, ROOT
-from harness.timing import estimate_ratio, paired_samples
+from harness.measure.timing import estimate_ratio, paired_samples
 from tests.conftest import requires_cuda
 
 SMALL = {"batch": 2, "height": 48, "width": 64, "image_height": 36}

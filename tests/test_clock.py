@@ -1,12 +1,12 @@
-"""What the parent sees beside the samples (harness/phases/clock.py), judged on made-up timings."""
+"""What the parent sees beside the samples (harness/measure/clock.py), judged on made-up timings."""
 
 import importlib
 import tempfile
 
 import pytest
 
-from harness.phases.clock import BlockTiming, TimedProcess, anomaly, clock_figures, drive
-from harness.timing import PairedSamples
+from harness.measure.clock import BlockTiming, TimedProcess, anomaly, clock_figures, drive
+from harness.measure.timing import PairedSamples
 
 
 def process(candidate=(0.1,) * 6, baseline=(0.1,) * 6, child_share=0.99, cpu_share=0.99, outside=0.0):
@@ -68,7 +68,9 @@ def graded_process(baseline=(0.1,) * 6, pristine=(0.1,) * 6, baseline_share=0.99
         blocks.append(BlockTiming("candidate", 1, 0.1, 0.099, 0.099))
         blocks.append(BlockTiming("baseline", 1, b, b * 0.99, b * baseline_share))
         blocks.append(BlockTiming("pristine", 1, p, p * 0.99, p * 0.99))
-    return TimedProcess(PairedSamples([0.1] * len(baseline), list(baseline), 1, others={"pristine": list(pristine)}), blocks, 0.0, disturbed)
+    return TimedProcess(
+        PairedSamples([0.1] * len(baseline), list(baseline), 1, others={"pristine": list(pristine)}), blocks, 0.0, disturbed
+    )
 
 
 def test_an_honest_grade_shows_nothing_and_records_the_baseline_against_its_pristine_copy():
@@ -87,7 +89,10 @@ def test_a_baseline_slower_than_its_pristine_copy_is_a_finding():
 def test_a_baseline_kept_off_the_cpu_or_reniced_is_disturbed():
     assert anomaly([graded_process(baseline_share=0.3), graded_process(baseline_share=0.3)], "cpu")[0] == "baseline_disturbed"
     said = "the baseline child's scheduling changed while it was timed: CPUs [0, 1] -> [0]"
-    assert anomaly([graded_process(disturbed=said), graded_process()], "cpu") == ("baseline_disturbed", f"{said}: another process of the user changed it (the submission's is the only one running code nobody reviewed)")
+    assert anomaly([graded_process(disturbed=said), graded_process()], "cpu") == (
+        "baseline_disturbed",
+        f"{said}: another process of the user changed it (the submission's is the only one running code nobody reviewed)",
+    )
 
 
 def with_workers(candidate_cores=0.99, model_cores=2.6, outside=0.0, model_outside=0.0):
@@ -116,7 +121,10 @@ def test_a_single_threaded_model_solution_allows_no_extra_core_and_its_noise_no_
     status, message = anomaly([with_workers(candidate_cores=1.4, model_cores=0.99)] * 2, "cpu")  # 1.25 as ever, not 1.5x the model's 0.99
     assert status == "work_beside_the_clock" and "CPU timing is single-threaded" in message
     # the model's own 10 ms between blocks (under the floor) allows nothing: 0.2 s deferred is past 0.02 + 0.1 x 1.2 s
-    assert anomaly([with_workers(candidate_cores=0.99, model_cores=0.99, outside=0.2, model_outside=0.01)] * 2, "cpu")[0] == "work_beside_the_clock"
+    assert (
+        anomaly([with_workers(candidate_cores=0.99, model_cores=0.99, outside=0.2, model_outside=0.01)] * 2, "cpu")[0]
+        == "work_beside_the_clock"
+    )
 
 
 def test_the_settings_an_import_changes_are_named():
@@ -124,7 +132,7 @@ def test_the_settings_an_import_changes_are_named():
 
     import torch
 
-    from harness.grading.submitted import changes, namespace_ids, process_settings
+    from harness.process.submitted import changes, namespace_ids, process_settings
 
     before, ids = process_settings(), namespace_ids(sys.modules[__name__])
     previous = torch.backends.mkldnn.enabled
@@ -180,7 +188,12 @@ def test_a_case_timed_apart_has_each_side_in_a_process_of_its_own_driven_at_once
 
     monkeypatch.setattr(speed, "drive", watched_drive)
     overrides = ["speed.process_s=0.05", "speed.pairs=2", "speed.max_processes=2", "case.speed.budget.cpu=100"]
-    record, _ = run_case(compose_config("case=embedding_oob", "device=cpu", "phases=[speed]", *overrides, f"+case.speed.apart={apart}"), "cpu", tmp_path, environment)
+    record, _ = run_case(
+        compose_config("case=embedding_oob", "device=cpu", "phases=[speed]", *overrides, f"+case.speed.apart={apart}"),
+        "cpu",
+        tmp_path,
+        environment,
+    )
     assert record.phases[0].status == "within_budget", record.phases[0].message
     assert len(driven) == record.phases[0].figures["processes"] >= 2
     for pids, alive in driven:
@@ -198,11 +211,13 @@ def _alive(pid):
 
 
 @pytest.mark.parametrize(("lows", "max_processes", "processes"), [((1.2, 1.2, 1.6, 1.6), 6, 4), ((1.2, 1.2, 1.2), 4, 4), ((1.6,), 4, 2)])
-def test_a_slow_control_just_over_its_budget_is_measured_on_until_it_clears_its_margin(lows, max_processes, processes, monkeypatch, tmp_path, environment):
+def test_a_slow_control_just_over_its_budget_is_measured_on_until_it_clears_its_margin(
+    lows, max_processes, processes, monkeypatch, tmp_path, environment
+):
     """A control's timing does not stop at the first interval over the budget: it goes on while the low end is below
     the margin (harness/margins.py's SLOW x the budget), and is still flagged, thin, when the processes run out."""
+    from harness.measure.timing import RatioEstimate
     from harness.run import run_case
-    from harness.timing import RatioEstimate
     from tests.conftest import compose_config
 
     speed = importlib.import_module("harness.phases.speed")
@@ -213,5 +228,9 @@ def test_a_slow_control_just_over_its_budget_is_measured_on_until_it_clears_its_
 
     monkeypatch.setattr(speed, "estimate_ratio", made_up)
     overrides = ["speed.process_s=0.05", "speed.pairs=2", f"speed.max_processes={max_processes}", "case.speed.budget.cpu=1.0"]
-    record, _ = run_case(compose_config("case=embedding_oob", "device=cpu", "phases=[slow_fixes]", *overrides), "cpu", tmp_path, environment)
-    assert record.phases and all(c.status == "flagged" and c.figures["processes"] == processes for c in record.phases), [(c.status, c.figures.get("processes")) for c in record.phases]
+    record, _ = run_case(
+        compose_config("case=embedding_oob", "device=cpu", "phases=[slow_fixes]", *overrides), "cpu", tmp_path, environment
+    )
+    assert record.phases and all(c.status == "flagged" and c.figures["processes"] == processes for c in record.phases), [
+        (c.status, c.figures.get("processes")) for c in record.phases
+    ]

@@ -1,10 +1,9 @@
 import math
 
 import pytest
-
 import torch
 
-from harness.compare import compare, describe, training_outputs
+from harness.measure.compare import compare, describe, training_outputs
 
 
 def test_integers_must_be_equal_floats_within_tolerance():
@@ -52,7 +51,7 @@ def test_the_outputs_that_differ_are_named_with_their_own_figures():
     figures = compare(got, want, atol=1e-6, rtol=1e-6)
     assert not figures["match"] and figures["outputs_differing"] == 2
     assert figures["differing"] == [
-        {"output": "output['grad']['w']", "mismatched": 1, "of": 3, "max_abs_diff": 2.0, "relative_error": 2.0 / 3 ** 0.5},
+        {"output": "output['grad']['w']", "mismatched": 1, "of": 3, "max_abs_diff": 2.0, "relative_error": 2.0 / 3**0.5},
         {"output": "output['labels']", "mismatched": 1, "of": 3},
     ]
 

@@ -44,7 +44,9 @@ def test_the_native_message_of_an_abort_is_kept_verbatim_once_and_its_headline_n
 
 
 def test_compiler_errors_are_told_apart_by_module_not_by_name():
-    assert compile_axis.is_compiler_error(("GuardOnDataDependentSymNode", "RuntimeError"), ("torch.fx.experimental.symbolic_shapes", "builtins"))
+    assert compile_axis.is_compiler_error(
+        ("GuardOnDataDependentSymNode", "RuntimeError"), ("torch.fx.experimental.symbolic_shapes", "builtins")
+    )
     assert compile_axis.is_compiler_error(("Unsupported",), ("torch._dynamo.exc",))
     assert not compile_axis.is_compiler_error(("IndexError", "LookupError"), ("builtins", "builtins"))
 
@@ -58,7 +60,7 @@ def test_compiled_runs_use_the_yaml_compile_tolerance_and_eager_ones_do_not():
 
 def test_a_compiled_grade_uses_the_yaml_compile_grade_budget():
     from harness.grading.grade import graded_config
-    from harness.grading.submitted import Submission
+    from harness.process.submitted import Submission
 
     case_cfg = compose_config("case=target_out_of_bounds").case
     submitted = Submission("/tmp/fix.py", "fix", "0" * 64)
@@ -78,7 +80,7 @@ def test_compiled_children_generate_kernels_for_the_speed_phase_s_threads():
 def test_a_kernel_compiled_at_one_torch_thread_count_serves_another_once_kernel_threads_are_set(tmp_path):
     # A phase's child runs torch at the machine's threads, a timing child at speed.cpu_threads: with the count
     # left to torch, the timing child missed every kernel the fix phase had compiled (a grade's SNAC decoder: twice cold).
-    from harness.isolate import run_isolated
+    from harness.process.isolate import run_isolated
     from tests.compiled_children import compiled_at
 
     def counts(threads: int, folder: str, kernel_threads: int | None) -> dict:
@@ -98,7 +100,10 @@ def test_a_yaml_cuda_tolerance_widens_the_tolerance_on_cuda_alone():
     case_cfg = compose_config("case=backward_twice").case
     assert on_device(case_cfg, "cpu").tolerance == case_cfg.tolerance
     on_cuda = on_device(case_cfg, "cuda").tolerance
-    assert (on_cuda.atol, on_cuda.rtol) == (max(case_cfg.tolerance.atol, case_cfg.cuda_tolerance.atol), max(case_cfg.tolerance.rtol, case_cfg.cuda_tolerance.rtol))
+    assert (on_cuda.atol, on_cuda.rtol) == (
+        max(case_cfg.tolerance.atol, case_cfg.cuda_tolerance.atol),
+        max(case_cfg.tolerance.rtol, case_cfg.cuda_tolerance.rtol),
+    )
     compiled = compose_config("case=class_weight_index").case  # no cuda_tolerance: compiled keeps its compile_tolerance
     assert on_device(compile_axis.case_config(compiled, "inductor"), "cuda").tolerance == compiled.compile_tolerance
 
@@ -125,7 +130,9 @@ def test_the_compiled_lookup_fails_differently_from_eager_and_the_record_says_ho
     assert reproduce.ok and reproduce.status in ("aborted", "raised", "silent"), reproduce.message
     assert reproduce.figures["same_as_eager"] is False, reproduce.message  # eager raises IndexError at the lookup
     if reproduce.status == "aborted":
-        assert reproduce.figures["signal"] == "SIGABRT" and any("index out of bounds" in line for line in reproduce.figures["native_message"])
+        assert reproduce.figures["signal"] == "SIGABRT" and any(
+            "index out of bounds" in line for line in reproduce.figures["native_message"]
+        )
     if torch.get_num_threads() > 1:  # a user's process: the kernel's bounds check throws in a parallel region and aborts
         assert reproduce.status == "aborted", f"{reproduce.status}: reproduce compiled for one thread (kernel_threads), not as users run it"
 
@@ -141,12 +148,27 @@ def test_the_fix_compiles_as_one_graph_and_matches_the_eager_reference(compiled_
 
 def test_the_matrix_keeps_eager_and_compiled_records_apart(tmp_path):
     for mode, status in (("off", "reproduced"), ("inductor", "aborted")):
-        record = {"case": "embedding_oob", "device": "cpu", "compile": mode, "environment": {"torch": "2.13.0"}, "phases": [{"phase": "reproduce", "status": status, "message": status, "figures": {}}]}
+        record = {
+            "case": "embedding_oob",
+            "device": "cpu",
+            "compile": mode,
+            "environment": {"torch": "2.13.0"},
+            "phases": [{"phase": "reproduce", "status": status, "message": status, "figures": {}}],
+        }
         (tmp_path / f"embedding_oob.cpu.{mode}.json").write_text(json.dumps(record))
     records = load_records(tmp_path)
-    expectations = {"embedding_oob": [{"torch": ">=2.3", "devices": ["cpu"], "reproduce": "reproduced"}, {"torch": ">=2.3", "devices": ["cpu"], "compile": ["inductor"], "reproduce": "aborted"}]}
+    expectations = {
+        "embedding_oob": [
+            {"torch": ">=2.3", "devices": ["cpu"], "reproduce": "reproduced"},
+            {"torch": ">=2.3", "devices": ["cpu"], "compile": ["inductor"], "reproduce": "aborted"},
+        ]
+    }
     assert drifts(records, expectations) == []
-    assert drifts(records, {"embedding_oob": expectations["embedding_oob"][:1]}) == ["embedding_oob torch 2.13.0 cpu inductor: no expectation covers this record (" + str(tmp_path / "embedding_oob.cpu.inductor.json") + ")"]
+    assert drifts(records, {"embedding_oob": expectations["embedding_oob"][:1]}) == [
+        "embedding_oob torch 2.13.0 cpu inductor: no expectation covers this record ("
+        + str(tmp_path / "embedding_oob.cpu.inductor.json")
+        + ")"
+    ]
     rows = [line for line in table(records).splitlines() if line.startswith("| `embedding_oob`")]
     assert rows == ["| `embedding_oob` | eager | reproduced |", "| `embedding_oob` | inductor | aborted |"]
 
@@ -169,7 +191,7 @@ def test_a_command_line_that_compiles_is_told_from_one_that_does_not(arguments, 
 FORK_SERVER_OF_A_COMPILED_RUN = """
 import sys
 from harness.cases import fork_server_modules
-from harness.isolate import run_isolated, start_fork_server
+from harness.process.isolate import run_isolated, start_fork_server
 
 def state():
     import torch._dynamo.utils
@@ -194,7 +216,9 @@ def test_the_fork_server_of_a_compiled_run_holds_the_compiler_imported_and_probe
 
     script = tmp_path / "server.py"
     script.write_text(FORK_SERVER_OF_A_COMPILED_RUN)
-    done = subprocess.run([sys.executable, str(script), run], capture_output=True, text=True, timeout=300, cwd=compile_axis.Path(__file__).parents[1])
+    done = subprocess.run(
+        [sys.executable, str(script), run], capture_output=True, text=True, timeout=300, cwd=compile_axis.Path(__file__).parents[1]
+    )
     modules, probed, stats = ast.literal_eval(done.stdout.strip().splitlines()[-1])
     if run == "compiled":
         assert (modules, probed > 0) == (["torch._inductor.compile_fx", "torch._inductor.lowering"], True), done.stderr[-2000:]
@@ -210,7 +234,16 @@ def test_a_compiled_run_leaves_no_semaphore_for_the_resource_tracker_to_report(t
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "harness", "case=autocast_device", "compile=inductor", "device=cpu", "phases=[fix]", f"hydra.run.dir={tmp_path}"]
+    command = [
+        sys.executable,
+        "-m",
+        "harness",
+        "case=autocast_device",
+        "compile=inductor",
+        "device=cpu",
+        "phases=[fix]",
+        f"hydra.run.dir={tmp_path}",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=compile_axis.Path(__file__).parents[1])
     assert done.returncode == 0, done.stderr[-2000:]
     assert "leaked semaphore" not in done.stderr, done.stderr[-2000:]
@@ -220,7 +253,6 @@ def test_torch_s_default_folder_is_not_taken_for_the_user_s_choice_wherever_tmp_
     # A graded child's TMPDIR is its scratch folder: torch's default, set under /tmp by an earlier process, must
     # still read as torch's default there (a launcher's ranks wrote /tmp/torchinductor_<user> and were refused).
     import getpass
-
     import tempfile
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
@@ -233,7 +265,7 @@ def test_the_ranks_a_graded_child_starts_compile_in_its_private_folder(tmp_path)
     # Their precompiled header too, where this torch makes one: torch's own folder for it is shared by every process.
     import torch._inductor.config as inductor_config
 
-    from harness.isolate import run_isolated
+    from harness.process.isolate import run_isolated
     from tests.compiled_children import prepared_in_a_rank_of_a_graded_child
 
     result = run_isolated(prepared_in_a_rank_of_a_graded_child, str(tmp_path), timeout_s=120)

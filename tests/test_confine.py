@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from harness.grading.confine import Limits
-from harness.isolate import run_isolated
+from harness.process.confine import Limits
+from harness.process.isolate import run_isolated
 
 
 def write_to(path):
@@ -46,7 +46,11 @@ def leave_a_detached_process(command):
 
 
 def running(command):
-    return [line for line in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines() if line.strip() == command]
+    return [
+        line
+        for line in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+        if line.strip() == command
+    ]
 
 
 def test_a_confined_child_writes_only_beneath_its_scratch_directory(tmp_path):
@@ -99,7 +103,6 @@ def _fork_many(count):
     time.sleep(30)
 
 
-
 def kernel_folder_then_write(path):
     from harness import compiled as compile_axis
 
@@ -125,7 +128,9 @@ def test_a_confined_child_compiles_into_its_grade_s_kernel_folder_and_nowhere_el
         assert result.status == "raised" and not outside.exists(), result.summary  # the harness's own cache stays out of reach
     folder, scratch = run_isolated(kernel_folder, timeout_s=60, confined=Limits()).value
     assert folder.startswith(scratch + os.sep)  # no grade folder given: a folder of its own
-    assert run_isolated(kernel_folder, timeout_s=60).value[0] == str(compile_axis.cache_dir(private=False))  # unconfined: the harness's cache
+    assert run_isolated(kernel_folder, timeout_s=60).value[0] == str(
+        compile_axis.cache_dir(private=False)
+    )  # unconfined: the harness's cache
 
 
 def signal_own_then_outside():
@@ -153,7 +158,9 @@ def signal_own_then_outside():
 def test_a_confined_child_signals_its_own_processes_and_nothing_else():
     result = run_isolated(signal_own_then_outside, timeout_s=60, confined=Limits())
     assert result.status == "returned" and result.value == (0, ["usr1"], "refused"), (result.summary, result.value)
-    assert len(result.refused_writes) == 1 and result.refused_writes[0].startswith("kill signal 0 to pid "), result.refused_writes  # the probe, logged for the integrity check
+    assert len(result.refused_writes) == 1 and result.refused_writes[0].startswith("kill signal 0 to pid "), (
+        result.refused_writes
+    )  # the probe, logged for the integrity check
 
 
 def test_the_model_solutions_audit_hook_runs_the_guards_tests_and_refuses_nothing(tmp_path):
@@ -161,7 +168,7 @@ def test_the_model_solutions_audit_hook_runs_the_guards_tests_and_refuses_nothin
     submission's write guard, and which lets a write anywhere and a signal to any process through."""
     script = (
         "import os, signal, subprocess, sys\n"
-        "from harness.grading.confine import audit_parity\n"
+        "from harness.process.confine import audit_parity\n"
         "seen = []\n"
         "audit_parity()\n"
         "sys.addaudithook(lambda event, args: seen.append(event) if event == 'open' else None)\n"

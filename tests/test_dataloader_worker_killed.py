@@ -42,7 +42,20 @@ def _data_workers() -> list[int]:
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_no_worker_outlives_a_run_killed_in_its_memory_phase(tmp_path, how):
     before = set(_data_workers())
-    run = subprocess.Popen([sys.executable, "-m", "harness", "case=dataloader_worker_killed", "device=cpu", "phases=[memory_fixes]", f"hydra.run.dir={tmp_path}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "case=dataloader_worker_killed",
+            "device=cpu",
+            "phases=[memory_fixes]",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while not set(_data_workers()) - before and time.monotonic() < deadline:
         time.sleep(0.2)

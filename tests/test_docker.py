@@ -64,4 +64,3 @@ def test_the_docker_guide_runs_the_image_on_a_gpu_with_enough_shared_memory():
     (run,) = [line for line in guide.splitlines() if line.startswith("docker run")]
     assert "--gpus all" in run and "--shm-size=" in run and "case=embedding_oob device=cuda" in run
     assert "/dev/shm" in guide
-

@@ -24,7 +24,9 @@ def _mkdocs() -> list[str]:
 
 
 def test_the_site_builds_strictly(tmp_path):
-    build = subprocess.run([*_mkdocs(), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    build = subprocess.run(
+        [*_mkdocs(), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     assert (tmp_path / "site" / "index.html").exists()
     assert (tmp_path / "site" / "cases" / "index.html").exists(), "docs/cases/README.md is the gallery's index"

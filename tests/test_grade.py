@@ -17,11 +17,11 @@ import pytest
 import torch
 from torch import nn
 
-from harness.grading import grade
 from harness.cases import ROOT, Symptom, case_names, load_case, symptom_on
+from harness.grading import grade
+from harness.process.submitted import file_sha256
 from harness.records import load_record
 from harness.run import ConfigError, run_case, validate
-from harness.grading.submitted import file_sha256
 from tests.conftest import cases_failing_in_value, compose_config
 
 FIXES = ROOT / "tests" / "fixes"
@@ -34,7 +34,9 @@ def graded(tmp_path, environment, case, fixes_file, function, phases, *overrides
     if not copy.exists():
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(FIXES / fixes_file, copy)
-    cfg = compose_config(f"case={case}", "device=cpu", f"phases=[{','.join(phases)}]", f"fix={copy}:{function}", "timeout_s=120", *FAST, *overrides)
+    cfg = compose_config(
+        f"case={case}", "device=cpu", f"phases=[{','.join(phases)}]", f"fix={copy}:{function}", "timeout_s=120", *FAST, *overrides
+    )
     record, path = run_case(cfg, "cpu", tmp_path / "run", environment)
     return grade.verdict(record), record, path, copy
 
@@ -78,7 +80,9 @@ def test_a_wrong_fix_is_rejected_by_correctness(tmp_path, environment):
 
 @pytest.mark.slow  # a speed grade (three timing children per process), as the exploit suite's speed attacks: 7 to 25 s
 def test_a_slow_fix_is_rejected_by_speed(tmp_path, environment):
-    verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "twice_as_slow", ["fix", "correct", "speed"])
+    verdict, record, _, _ = graded(
+        tmp_path, environment, "embedding_oob", "embedding_fixes.py", "twice_as_slow", ["fix", "correct", "speed"]
+    )
     speed = phase(record, "speed")
     assert (speed.status, first_failure(verdict)) == ("over_budget", "speed"), speed.message
     assert speed.figures["ratio"] > speed.figures["budget"] == 1.15
@@ -87,7 +91,9 @@ def test_a_slow_fix_is_rejected_by_speed(tmp_path, environment):
 @pytest.fixture(scope="module")
 def searchsorted_speed(environment, tmp_path_factory):
     """One speed grade of an alternative as fast as `fixed`, shared by the tests that read different things of it."""
-    return graded(tmp_path_factory.mktemp("searchsorted_speed"), environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["speed"])
+    return graded(
+        tmp_path_factory.mktemp("searchsorted_speed"), environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["speed"]
+    )
 
 
 @pytest.mark.slow  # a speed grade (three timing children per process), as the exploit suite's speed attacks: 7 to 25 s
@@ -100,7 +106,16 @@ def test_speed_times_the_submitted_fix_against_the_model_solution(searchsorted_s
 @pytest.mark.slow  # a speed grade (three timing children per process), as the exploit suite's speed attacks: 7 to 25 s
 def test_a_grade_that_cannot_tell_is_rejected_as_undecided_never_accepted(tmp_path, environment):
     # a fix as fast as the model solution against a budget of 1.0x: the interval straddles it, and the grading limit is short
-    verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "by_searchsorted", ["speed"], "case.speed.budget.cpu=1.0", "speed.grade_max_s=0.01")
+    verdict, record, _, _ = graded(
+        tmp_path,
+        environment,
+        "embedding_oob",
+        "embedding_fixes.py",
+        "by_searchsorted",
+        ["speed"],
+        "case.speed.budget.cpu=1.0",
+        "speed.grade_max_s=0.01",
+    )
     speed = phase(record, "speed")
     assert speed.status == "undecided" and not speed.ok and not verdict.accepted, verdict.line
     assert verdict.line.startswith("rejected by speed: undecided: ") and "speed.grade_max_s" in verdict.line
@@ -129,8 +144,13 @@ def test_a_remembered_result_fails_the_check_of_the_timed_calls(tmp_path, enviro
 def test_a_result_saved_for_replay_is_refused_and_named(tmp_path, environment):
     verdict, record, _, copy = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "replays_from_disk", ["correct"])
     assert not copy.with_suffix(".saved.pt").exists()  # the graded process may write only beneath its scratch directory
-    assert phase(record, "correct").status == "raised" and "Permission denied" in phase(record, "correct").message  # torch.save writes from C++
-    assert first_failure(verdict) == "correct" and "writes outside its scratch directory, and signals to processes not its own, are refused while grading" in verdict.line, verdict.line
+    assert (
+        phase(record, "correct").status == "raised" and "Permission denied" in phase(record, "correct").message
+    )  # torch.save writes from C++
+    assert (
+        first_failure(verdict) == "correct"
+        and "writes outside its scratch directory, and signals to processes not its own, are refused while grading" in verdict.line
+    ), verdict.line
 
 
 def test_patching_the_comparison_in_its_own_process_changes_nothing(tmp_path, environment):
@@ -147,7 +167,11 @@ def test_a_fix_that_changes_its_inputs_in_place_is_caught(tmp_path, environment)
 
 @pytest.mark.parametrize(
     ("function", "evidence"),
-    [("in_float64", "dtype float64, the reference float32"), ("as_a_list", "returned list, not tensors"), ("returns_nothing", "returned NoneType")],
+    [
+        ("in_float64", "dtype float64, the reference float32"),
+        ("as_a_list", "returned list, not tensors"),
+        ("returns_nothing", "returned NoneType"),
+    ],
 )
 def test_an_output_of_the_wrong_kind_is_caught(tmp_path, environment, function, evidence):
     verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", function, ["correct"])
@@ -155,13 +179,17 @@ def test_an_output_of_the_wrong_kind_is_caught(tmp_path, environment, function, 
 
 
 def test_an_output_that_aliases_an_input_is_caught(tmp_path, environment):
-    verdict, record, _, _ = graded(tmp_path, environment, "class_weight_index", "class_weight_fixes.py", "returns_a_view_of_its_input", ["correct"])
+    verdict, record, _, _ = graded(
+        tmp_path, environment, "class_weight_index", "class_weight_fixes.py", "returns_a_view_of_its_input", ["correct"]
+    )
     correct = phase(record, "correct")
     assert correct.status == "aliases_input" and correct.figures["aliased"] == "inputs.pred", correct.message
 
 
 def test_a_fix_that_changes_a_module_it_was_given_is_caught(tmp_path, environment):
-    verdict, record, _, _ = graded(tmp_path, environment, "class_weight_index", "class_weight_fixes.py", "retunes_the_loss_module", ["correct"])
+    verdict, record, _, _ = graded(
+        tmp_path, environment, "class_weight_index", "class_weight_fixes.py", "retunes_the_loss_module", ["correct"]
+    )
     correct = phase(record, "correct")
     assert correct.status == "changed_inputs" and correct.figures["changed"] == ["inputs.loss.loss_weight"], correct.message
 
@@ -173,7 +201,11 @@ def test_the_correct_class_weight_fix_is_accepted(tmp_path, environment):
 
 @pytest.mark.parametrize(
     ("function", "status", "evidence"),
-    [("segfaults", "crashed", "killed by SIGSEGV"), ("exits_quietly", "crashed", "exited with code 0"), ("calls_sys_exit", "raised", "SystemExit")],
+    [
+        ("segfaults", "crashed", "killed by SIGSEGV"),
+        ("exits_quietly", "crashed", "exited with code 0"),
+        ("calls_sys_exit", "raised", "SystemExit"),
+    ],
 )
 def test_a_crash_is_a_verdict(tmp_path, environment, function, status, evidence):
     verdict, record, _, _ = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", function, ["fix", "correct"])
@@ -187,7 +219,9 @@ def test_a_hang_is_a_timeout(tmp_path, environment):
 
 
 def test_a_malicious_pickle_from_the_graded_process_is_not_unpickled(tmp_path, environment):
-    verdict, record, _, copy = graded(tmp_path, environment, "embedding_oob", "embedding_fixes.py", "sends_a_malicious_pickle", ["fix", "correct"])
+    verdict, record, _, copy = graded(
+        tmp_path, environment, "embedding_oob", "embedding_fixes.py", "sends_a_malicious_pickle", ["fix", "correct"]
+    )
     assert not copy.with_suffix(".pwned").exists()
     assert not verdict.accepted
     assert "not plain data" in phase(record, "correct").message, phase(record, "correct").message
@@ -197,7 +231,7 @@ def test_what_the_buggy_code_s_classes_call_is_not_the_model_solution():
     """A fix may reuse what the buggy code reaches through the classes it uses (a Dataset's __getitem__ and its helpers),
     and only what the solution alone reaches is behind the tripwires."""
     from harness.cases import reachable
-    from harness.grading.submitted import solution_functions
+    from harness.process.submitted import solution_functions
 
     module = load_case("dataloader_worker_killed")
     names = lambda functions: {function.__name__ for function in functions}  # noqa: E731
@@ -283,7 +317,10 @@ def test_the_judge_sees_a_renamed_key_a_state_dicts_metadata_and_an_emptied_or_f
         change(x)
         sent = _sent([torch.ones(2)], x)
         status, message, figures = grade.judge(sent["output"], [torch.ones(2)], sent["inputs"], pristine, atol=0, rtol=0)
-        assert status == "changed_inputs" and any(changed.startswith(path) for changed in figures["changed"]), (path, figures.get("changed"))
+        assert status == "changed_inputs" and any(changed.startswith(path) for changed in figures["changed"]), (
+            path,
+            figures.get("changed"),
+        )
 
 
 def test_storage_shared_with_an_input_survives_the_trip_between_processes():
@@ -292,7 +329,9 @@ def test_storage_shared_with_an_input_survives_the_trip_between_processes():
     status, _, figures = grade.judge(sent["output"], [torch.tensor([2.0, 3.0])], sent["inputs"], sent["inputs"], atol=0, rtol=0)
     assert (status, figures["aliased"]) == ("aliases_input", "inputs['features']")
     unshared = _sent([features[2:4].clone()], {"features": features})
-    assert grade.judge(unshared["output"], [torch.tensor([2.0, 3.0])], unshared["inputs"], unshared["inputs"], atol=0, rtol=0)[0] == "passed"
+    assert (
+        grade.judge(unshared["output"], [torch.tensor([2.0, 3.0])], unshared["inputs"], unshared["inputs"], atol=0, rtol=0)[0] == "passed"
+    )
 
 
 # -- exercises and hints --------------------------------------------------------------------------
@@ -319,7 +358,9 @@ def starters(tmp_path_factory) -> dict[str, tuple[object, int, str]]:
     project (not one each: an interpreter's start, torch imported, is most of a starter's run): name -> (path, exit, output)."""
     folder = tmp_path_factory.mktemp("starters")
     paths = {name: grade.write_exercise(name, str(folder / name)) for name in case_names()}
-    ran = subprocess.run([sys.executable, "-c", RUN_EACH_AS_MAIN, *map(str, paths.values())], cwd=folder, capture_output=True, text=True, timeout=300)
+    ran = subprocess.run(
+        [sys.executable, "-c", RUN_EACH_AS_MAIN, *map(str, paths.values())], cwd=folder, capture_output=True, text=True, timeout=300
+    )
     assert ran.returncode == 0, ran.stderr
     results = json.loads(ran.stdout.splitlines()[-1])
     return {name: (path, *results[str(path)]) for name, path in paths.items()}
@@ -405,13 +446,23 @@ def test_the_command_line_exits_2_on_bad_usage_with_one_line(tmp_path):
 
 def test_the_command_line_grades_says_so_first_and_ends_with_the_verdict(tmp_path):
     shutil.copy(FIXES / "embedding_fixes.py", tmp_path / "embedding_fixes.py")
-    run = harness("case=embedding_oob", "device=cpu", "phases=[fix,correct]", f"fix={tmp_path}/embedding_fixes.py:prints_a_fake_verdict", tmp_path=tmp_path)
+    run = harness(
+        "case=embedding_oob",
+        "device=cpu",
+        "phases=[fix,correct]",
+        f"fix={tmp_path}/embedding_fixes.py:prints_a_fake_verdict",
+        tmp_path=tmp_path,
+    )
     lines = run.stdout.strip().splitlines()
     assert run.returncode == 1, run.stdout + run.stderr
     assert lines[0].startswith("grading a submitted fix: ") and lines[-1].startswith("rejected by correct: mismatch")
     assert "\nFix:" not in run.stdout  # the model solution is shown only after a pass
-    run = harness("case=embedding_oob", "device=cpu", "phases=[fix]", f"fix={tmp_path}/embedding_fixes.py:by_searchsorted", tmp_path=tmp_path)
-    assert run.returncode == 0 and run.stdout.strip().splitlines()[-1].startswith("accepted: fix, integrity passed"), run.stdout + run.stderr
+    run = harness(
+        "case=embedding_oob", "device=cpu", "phases=[fix]", f"fix={tmp_path}/embedding_fixes.py:by_searchsorted", tmp_path=tmp_path
+    )
+    assert run.returncode == 0 and run.stdout.strip().splitlines()[-1].startswith("accepted: fix, integrity passed"), (
+        run.stdout + run.stderr
+    )
     assert "--- cases/embedding_oob.py: fixed" in run.stdout
 
 
@@ -427,7 +478,9 @@ def test_hint_and_exercise_from_the_command_line(tmp_path):
 def test_a_correct_fix_whose_ranks_compile_is_accepted_under_inductor(tmp_path, environment):
     # multigpu_segfault's ranks compile their DDP model themselves: in a graded run they must compile beneath the
     # graded child's scratch folder (they wrote /tmp/torchinductor_<user>, refused, and a correct fix was rejected).
-    verdict, record, _, _ = graded(tmp_path, environment, "multigpu_segfault", "alternatives/multigpu_segfault.py", "multigpu_segfault", ["fix"], "compile=inductor")
+    verdict, record, _, _ = graded(
+        tmp_path, environment, "multigpu_segfault", "alternatives/multigpu_segfault.py", "multigpu_segfault", ["fix"], "compile=inductor"
+    )
     assert verdict.accepted, verdict.line
     assert phase(record, "integrity").status == "passed"
 
@@ -436,12 +489,20 @@ def test_grading_keeps_only_the_speed_comparisons_that_apply_to_a_submitted_fix(
     # ddp_unused_parameters times one in-process step against another baseline; a graded fix is a whole launch
     from omegaconf import OmegaConf
 
-    from harness.grading.submitted import Submission
+    from harness.process.submitted import Submission
 
-    case_cfg = OmegaConf.create({"speed": {"budget": {"cpu": 1.25}, "grade_budget": {"cpu": 1.5}, "also": {
-        "same_calls": {"baseline": "upstream", "budget": {"cpu": 1.0}},
-        "one_step": {"baseline": "a_step", "budget": {"cpu": 1.0}, "graded": False},
-    }}})
+    case_cfg = OmegaConf.create(
+        {
+            "speed": {
+                "budget": {"cpu": 1.25},
+                "grade_budget": {"cpu": 1.5},
+                "also": {
+                    "same_calls": {"baseline": "upstream", "budget": {"cpu": 1.0}},
+                    "one_step": {"baseline": "a_step", "budget": {"cpu": 1.0}, "graded": False},
+                },
+            }
+        }
+    )
     graded = grade.graded_config(case_cfg, Submission("/tmp/fix.py", "fix", "0" * 64))
     assert list(graded.speed.also) == ["same_calls"] and graded.speed.budget.cpu == 1.5
     assert list(case_cfg.speed.also) == ["same_calls", "one_step"]  # the case's own run keeps both
@@ -453,7 +514,9 @@ def test_a_file_whose_import_kills_its_parent_is_rejected_with_exit_1_never_bad_
     run = harness("case=embedding_oob", "device=cpu", "phases=[fix,correct]", f"fix={tmp_path}/kills.py:fix", tmp_path=tmp_path)
     verdict = run.stdout.strip().splitlines()[-1]
     assert run.returncode == 1, run.stdout + run.stderr
-    assert verdict.startswith("rejected by integrity: signalled_outside_sandbox: the submission tried to signal a process outside its own (refused): SIGKILL to pid"), verdict
+    assert verdict.startswith(
+        "rejected by integrity: signalled_outside_sandbox: the submission tried to signal a process outside its own (refused): SIGKILL to pid"
+    ), verdict
     (tmp_path / "missing.py").write_text("import os\n\n\ndef fix(x):\n    return x\n")
     run = harness("case=embedding_oob", "device=cpu", f"fix={tmp_path}/missing.py:no_such_function", tmp_path=tmp_path)
     assert run.returncode == 2 and "no function 'no_such_function'" in run.stderr, run.stderr  # exit 2 stays for what does not exist
@@ -471,8 +534,16 @@ def test_where_a_case_sets_a_memory_budget_the_fix_is_judged_on_memory_too(tmp_p
 def test_a_speed_comparison_that_ran_in_a_grade_counts_in_its_verdict():
     from harness.records import CaseRecord, PhaseRecord
 
-    phases = [PhaseRecord(name, status, status in ("passed", "within_budget"), status) for name, status in (
-        ("fix", "passed"), ("correct", "passed"), ("speed", "within_budget"), ("speed:against_upstream", "undecided"), ("integrity", "passed"))]
+    phases = [
+        PhaseRecord(name, status, status in ("passed", "within_budget"), status)
+        for name, status in (
+            ("fix", "passed"),
+            ("correct", "passed"),
+            ("speed", "within_budget"),
+            ("speed:against_upstream", "undecided"),
+            ("integrity", "passed"),
+        )
+    ]
     verdict = grade.verdict(CaseRecord("class_weight_index", "", "cpu", "", {}, {}, phases))
     assert not verdict.accepted and verdict.line.startswith("rejected by speed:against_upstream: undecided"), verdict.line
 
@@ -480,7 +551,9 @@ def test_a_speed_comparison_that_ran_in_a_grade_counts_in_its_verdict():
 def test_a_fix_wrong_at_the_object_s_edge_is_rejected_by_correct_not_by_speed(tmp_path, environment):
     """Issue 36: labels from a thresholded bicubic resize passed `correct` in 6 grades of 7 when the case compared its
     loss alone (2.4e-5 relative, inside the tolerance). The class map is now an output, compared exactly."""
-    verdict, record, _, _ = graded(tmp_path, environment, "target_out_of_bounds", "target_fixes.py", "thresholded_bicubic", ["fix", "correct"])
+    verdict, record, _, _ = graded(
+        tmp_path, environment, "target_out_of_bounds", "target_fixes.py", "thresholded_bicubic", ["fix", "correct"]
+    )
     correct = phase(record, "correct")
     assert correct.status == "mismatch" and correct.figures["mismatched_integers"] > 0, correct.message
     labels = next(d for d in correct.figures["differing"] if d["output"] == "output['labels']")  # named as the reference names it

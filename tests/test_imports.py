@@ -13,12 +13,25 @@ def _module_name(path: Path) -> str:
     return ".".join(path.relative_to(HARNESS.parent).with_suffix("").parts).removesuffix(".__init__")
 
 
+def _run_time_nodes(tree: ast.AST):
+    """Every node but those under `if TYPE_CHECKING:`, imports that never run (an annotation's type)."""
+    skipped = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+    return (node for node in ast.walk(tree) if id(node) not in skipped)
+
+
 def import_graph() -> dict[str, set[str]]:
     modules = {_module_name(path): path for path in HARNESS.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         imported: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        for node in _run_time_nodes(tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "harness":
                 imported.add(node.module)
                 imported.update(f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in modules)
@@ -34,7 +47,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     def visit(module: str, path: list[str]) -> None:
         for imported in sorted(graph[module]):
             if imported in path:
-                found.append(path[path.index(imported):] + [imported])
+                found.append(path[path.index(imported) :] + [imported])
             elif imported not in done:
                 visit(imported, path + [imported])
         done.add(module)
@@ -59,3 +72,74 @@ def test_each_phase_module_is_small_enough_to_read():
     """The phases are a package of one module a phase (issue 36): none grows past 400 lines."""
     sizes = {path.name: len(path.read_text().splitlines()) for path in (HARNESS / "phases").glob("*.py")}
     assert sizes and all(lines <= 400 for lines in sizes.values()), sizes
+
+
+LAYERS = (  # lowest first: a module imports only modules of its own layer or of those beneath (docs/reference/architecture.md)
+    (
+        "foundation",
+        (
+            "harness",
+            "harness.compiled",
+            "harness.recordset",
+            "harness.margins",
+            "harness.triage",
+            "harness.preload",
+            "harness.preload_compiler",
+        ),
+    ),
+    ("case contract", ("harness.cases",)),
+    ("process", ("harness.process",)),
+    ("measurement", ("harness.measure",)),
+    ("records", ("harness.records",)),
+    ("phases", ("harness.phases",)),
+    ("grading", ("harness.grading",)),
+    (
+        "entry points",
+        (
+            "harness.run",
+            "harness.cli",
+            "harness.sweep",
+            "harness.report",
+            "harness.matrix",
+            "harness.scaffold",
+            "harness.teach",
+            "harness.bench",
+            "harness.__main__",
+        ),
+    ),
+)
+
+
+def layer_of(module: str) -> int:
+    """The layer a module belongs to: the one naming it, or the package holding it, most specific name first."""
+    best = None
+    for index, (_, names) in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (best is None or len(name) > len(best[1])):
+                best = (index, name)
+    if best is None:
+        raise LookupError(f"{module} is in no layer of tests/test_imports.py's LAYERS: place it there")
+    return best[0]
+
+
+def imports_running_back_up(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} ({LAYERS[layer_of(module)][0]}) imports {imported} ({LAYERS[layer_of(imported)][0]})"
+        for module, imported_set in graph.items()
+        for imported in imported_set
+        if layer_of(imported) > layer_of(module)
+    )
+
+
+def test_a_made_up_import_running_back_up_is_found():
+    assert imports_running_back_up({"harness.process.isolate": {"harness.phases.speed"}, "harness.phases.speed": set()}) == [
+        "harness.process.isolate (process) imports harness.phases.speed (phases)"
+    ]
+
+
+def test_every_harness_module_has_a_layer_and_no_import_runs_back_up():
+    """The process layer (isolate, confine, submitted) and the measurement layer (clock, footprint, timing, compare)
+    sit beneath the phases and grading (issue 46): nothing beneath imports what stands on it."""
+    graph = import_graph()
+    assert {"harness.process.isolate", "harness.measure.clock", "harness.grading.grade"} <= graph.keys()
+    assert imports_running_back_up(graph) == []

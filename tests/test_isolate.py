@@ -1,8 +1,8 @@
 import ctypes
-import multiprocessing.forkserver
-import signal
 import gc
+import multiprocessing.forkserver
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from harness.isolate import run_isolated
+from harness.process.isolate import run_isolated
 
 
 def _alive(pid: int) -> bool:

@@ -19,9 +19,8 @@ from rich.console import Console
 from harness.cases import ROOT, case_names
 from harness.cli import EXIT_NO_DEVICE, launcher_installed
 from harness.phases import CLEAN_RUN, FAILURE_REPRODUCED
+from harness.records import CaseRecord, PhaseRecord, load_record, write_record
 from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, JOB_STATUS, SWEEP_TOKEN, report_sweep, sweep_jobs
-from harness.records import CaseRecord, PhaseRecord, write_record
-from harness.records import load_record
 from tests.conftest import CUDA_AVAILABLE
 
 HAS_JOBLIB = launcher_installed("hydra_joblib_launcher")
@@ -83,8 +82,9 @@ def test_slurm_renders_the_sbatch_script_it_would_submit(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     import submitit
     from hydra.utils import instantiate
-    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
     from omegaconf import OmegaConf
+
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(
@@ -94,11 +94,20 @@ def test_slurm_renders_the_sbatch_script_it_would_submit(tmp_path, monkeypatch):
         )
         params = dict(instantiate(cfg.hydra.launcher).params)
     # as hydra_submitit_launcher's SlurmLauncher.launch builds its executor
-    executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder"), slurm_max_num_timeout=params.pop("max_num_timeout"))
+    executor = submitit.AutoExecutor(
+        cluster="slurm", folder=params.pop("submitit_folder"), slurm_max_num_timeout=params.pop("max_num_timeout")
+    )
     base = set(OmegaConf.structured(BaseQueueConf).keys())
     executor.update_parameters(**{key if key in base else f"slurm_{key}": value for key, value in params.items()})
     script = executor._executor._make_submission_file_text("python -u -m submitit.core._submit", "uid")
-    for line in ("--partition=gpu", "--time=60", "--gpus-per-node=1", "--ntasks-per-node=1", "--job-name=torch-error-cases", f"--output={tmp_path}/sweep/.submitit/"):
+    for line in (
+        "--partition=gpu",
+        "--time=60",
+        "--gpus-per-node=1",
+        "--ntasks-per-node=1",
+        "--job-name=torch-error-cases",
+        f"--output={tmp_path}/sweep/.submitit/",
+    ):
         assert line in script
 
 
@@ -106,7 +115,10 @@ def test_slurm_renders_the_sbatch_script_it_would_submit(tmp_path, monkeypatch):
 def test_slurm_shows_in_the_cli_config():
     shown = subprocess.run(
         [sys.executable, "-m", "harness", "case=embedding_oob", "hydra/launcher=slurm", "--cfg", "hydra", "-p", "hydra.launcher"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert shown.returncode == EXIT_OK, shown.stderr
     assert "SlurmLauncher" in shown.stdout and "timeout_min: 60" in shown.stdout
@@ -134,7 +146,9 @@ def test_local_parallel_runs_every_case_in_worker_processes(tmp_path):
 @pytest.mark.slow  # workers or programs that each start a fork server: 40 to 50 s
 @needs_joblib
 def test_local_parallel_exit_status_is_the_worst_job_s(tmp_path):
-    run = sweep("case=embedding_oob", "device=cpu", "phases=[reproduce]", "timeout_s=300,0.01", "hydra/launcher=local_parallel", tmp_path=tmp_path)
+    run = sweep(
+        "case=embedding_oob", "device=cpu", "phases=[reproduce]", "timeout_s=300,0.01", "hydra/launcher=local_parallel", tmp_path=tmp_path
+    )
     assert run.returncode == EXIT_CHECK_FAILED, run.stdout + run.stderr
     assert sorted(job["exit_code"] for job in statuses(tmp_path)) == [EXIT_OK, EXIT_CHECK_FAILED]
     summary = run.stdout[run.stdout.rindex("summary") :]
@@ -174,7 +188,9 @@ def test_the_basic_launcher_summary_comes_from_disk_too(tmp_path):
 
 def _job(sweep_dir, num, case, *, token, exit_code, finished=True, ok=True):
     job_dir = sweep_dir / f"{num}_{case}"
-    record = CaseRecord(case=case, title=case, device="cpu", started_at="t0", environment={}, config={}, finished_at="t1" if finished else None)
+    record = CaseRecord(
+        case=case, title=case, device="cpu", started_at="t0", environment={}, config={}, finished_at="t1" if finished else None
+    )
     record.phases.append(PhaseRecord(phase="reproduce", status="reproduced" if ok else "not_reproduced", ok=ok, message="m"))
     write_record(record, job_dir / f"{case}.cpu.json")
     status = {"sweep": token, "job": num, "case": case, "device": "cpu", "overrides": [f"case={case}"], "exit_code": exit_code}
@@ -212,7 +228,17 @@ def test_records_read_back_equal_what_was_written(tmp_path):
 
 def test_a_sweep_cut_by_sigterm_mid_phase_records_the_phase_it_cut(tmp_path):
     # What scancel or a SLURM time limit does to a job, here to the basic launcher's process (tests/test_slurm.py: under SLURM).
-    command = [sys.executable, "-m", "harness", "-m", "case=embedding_oob", "device=cpu", "phases=[reproduce,speed]", "speed.process_s=30", f"hydra.sweep.dir={tmp_path}/multirun"]
+    command = [
+        sys.executable,
+        "-m",
+        "harness",
+        "-m",
+        "case=embedding_oob",
+        "device=cpu",
+        "phases=[reproduce,speed]",
+        "speed.process_s=30",
+        f"hydra.sweep.dir={tmp_path}/multirun",
+    ]
     sweep = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     record_path = tmp_path / "multirun" / "0_embedding_oob" / "embedding_oob.cpu.json"
     deadline = time.monotonic() + 300

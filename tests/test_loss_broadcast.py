@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from cases import loss_broadcast as case
 from harness.cases import CASE_CONFIG_DIR
-from harness.compare import compare
+from harness.measure.compare import compare
 
 CFG = OmegaConf.load(CASE_CONFIG_DIR / "loss_broadcast.yaml")
 TOLERANCE = dict(CFG.tolerance)

@@ -11,7 +11,12 @@ from harness.recordset import load_records
 
 
 def write(folder, phases, torch="2.13.0", case="embedding_oob"):
-    record = {"case": case, "device": "cpu", "environment": {"torch": torch}, "phases": [{"message": p.get("message", p["status"]), "figures": {}, **p} for p in phases]}
+    record = {
+        "case": case,
+        "device": "cpu",
+        "environment": {"torch": torch},
+        "phases": [{"message": p.get("message", p["status"]), "figures": {}, **p} for p in phases],
+    }
     path = folder / f"torch-{torch}" / f"{case}.cpu.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
@@ -19,7 +24,11 @@ def write(folder, phases, torch="2.13.0", case="embedding_oob"):
 
 
 def slow(status, low, high=None, budget=1.15):
-    return {"phase": "slow_fix:loop", "status": status, "figures": {"ratio": low * 1.05, "ratio_low": low, "ratio_high": high or low * 1.1, "budget": budget}}
+    return {
+        "phase": "slow_fix:loop",
+        "status": status,
+        "figures": {"ratio": low * 1.05, "ratio_low": low, "ratio_high": high or low * 1.1, "budget": budget},
+    }
 
 
 def standing_of(tmp_path, phase_record):
@@ -47,7 +56,9 @@ def test_a_memory_control_is_judged_by_the_larger_of_its_growth_and_its_peak(tmp
     margin = standing_of(tmp_path, {"phase": "memory_fix:keep_all", "status": "flagged", "figures": figures})
     assert margin.standing == "held" and margin.margin == pytest.approx(2.5) and "growth" in margin.how
     figures["growth_fraction_low"] = 0.001
-    margin = margins(load_records(write(tmp_path, [{"phase": "memory_fix:keep_all", "status": "flagged", "figures": figures}]).parent.parent))[0]
+    margin = margins(
+        load_records(write(tmp_path, [{"phase": "memory_fix:keep_all", "status": "flagged", "figures": figures}]).parent.parent)
+    )[0]
     assert margin.standing == "thin" and margin.margin == pytest.approx(2.03 / 1.5) and margin.margin < MEMORY
 
 
@@ -72,7 +83,14 @@ def test_an_accepted_bad_fix_is_missed(tmp_path):
 
 
 def test_the_command_exits_1_naming_each_short_control_and_0_when_all_hold(tmp_path, capsys):
-    write(tmp_path, [{"phase": "reproduce", "status": "raised"}, slow("flagged", 2.0), {"phase": "bad_fix:clamp", "status": "rejected", "figures": {"how": "raised"}}])
+    write(
+        tmp_path,
+        [
+            {"phase": "reproduce", "status": "raised"},
+            slow("flagged", 2.0),
+            {"phase": "bad_fix:clamp", "status": "rejected", "figures": {"how": "raised"}},
+        ],
+    )
     assert main(["margins", str(tmp_path)]) == 0
     write(tmp_path, [slow("flagged", 1.2)], torch="2.4.1")
     assert main(["margins", str(tmp_path)]) == 1

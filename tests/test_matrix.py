@@ -24,7 +24,12 @@ EXPECTATIONS = {
 def write_record(folder, torch, reproduce="reproduced", fix="passed", bad_fix="rejected", case="autocast_device", ratio=0.5, interval=None):
     speed = {"ratio": ratio} | ({"ratio_low": interval[0], "ratio_high": interval[1]} if interval else {})
     phases = [
-        {"phase": "reproduce", "status": reproduce, "message": reproduce, "figures": {"error": "RuntimeError: x"} if reproduce == "reproduced" else {}},
+        {
+            "phase": "reproduce",
+            "status": reproduce,
+            "message": reproduce,
+            "figures": {"error": "RuntimeError: x"} if reproduce == "reproduced" else {},
+        },
         {"phase": "fix", "status": fix, "message": fix, "figures": {}},
         {"phase": "speed", "status": "measured", "message": "", "figures": speed},
         {"phase": "bad_fix:last_char", "status": bad_fix, "message": bad_fix, "figures": {}},
@@ -56,7 +61,10 @@ def test_a_failure_that_started_reproducing_again_is_named(matrix):
 
 @pytest.mark.parametrize(
     ("change", "named"),
-    [({"fix": "raised"}, "fix: expected passed, got raised"), ({"bad_fix": "accepted"}, "bad_fix:last_char: expected rejected, got accepted")],
+    [
+        ({"fix": "raised"}, "fix: expected passed, got raised"),
+        ({"bad_fix": "accepted"}, "bad_fix:last_char: expected rejected, got accepted"),
+    ],
 )
 def test_a_fix_that_stopped_holding_is_named(tmp_path, change, named):
     write_record(tmp_path, "2.6.0", reproduce="fixed_upstream", **change)
@@ -184,7 +192,11 @@ def test_each_entry_lists_exactly_the_committed_versions_it_was_established_on()
         for entry in entries:
             specifier = SpecifierSet(entry["torch"])
             modes = entry.get("compile", ["off"])
-            matching = {r.torch for r in load_records(COMMITTED) if r.case == case and r.device in entry["devices"] and r.compile in modes and r.torch in specifier}
+            matching = {
+                r.torch
+                for r in load_records(COMMITTED)
+                if r.case == case and r.device in entry["devices"] and r.compile in modes and r.torch in specifier
+            }
             assert sorted(entry["established"], key=Version) == sorted(matching, key=Version), f"{case} {entry['torch']}"
 
 
@@ -216,7 +228,9 @@ def test_change_report_on_autocast_device_across_torch_2_4(tmp_path, capsys):
     assert out.startswith("## What changed from torch 2.3.1 to torch 2.4.1\n")
     assert "### `autocast_device` on cpu, torch 2.3.1 -> 2.4.1" in out
     assert "- `reproduce`: reproduced -> fixed_upstream: `buggy ran without error, as expected from torch 2.4.0 on`" in out
-    assert "  - before: `RuntimeError: User specified an unsupported autocast device_type 'cpu:0'`\n  - after: none (no error recorded)" in out
+    assert (
+        "  - before: `RuntimeError: User specified an unsupported autocast device_type 'cpu:0'`\n  - after: none (no error recorded)" in out
+    )
     assert "speed" not in out and "fix`" not in out and "bad_fix" not in out  # 0.509x and 0.512x, every other phase alike
 
 
@@ -235,11 +249,20 @@ def test_change_report_names_an_altered_speed_symptom_and_status(tmp_path, capsy
     new = tmp_path / "new"
     shutil.copytree(old, new)
     _alter(new, "class_weight_index", lambda phases: phases["speed"]["figures"].update(ratio=phases["speed"]["figures"]["ratio"] * 1.5))
-    _alter(new, "codebook_oob", lambda phases: phases["reproduce"]["figures"].update(error="IndexError: index 4097 is out of bounds for dimension 0 with size 4096"))
+    _alter(
+        new,
+        "codebook_oob",
+        lambda phases: phases["reproduce"]["figures"].update(
+            error="IndexError: index 4097 is out of bounds for dimension 0 with size 4096"
+        ),
+    )
     _alter(new, "embedding_oob", lambda phases: phases["correct"].update(status="mismatch", message="max abs diff 0.5"))
     code, out = _changes(old, new, capsys)
     assert code == 1
-    assert "- speed: 1.48x -> 2.22x (+50%): beyond the 20% threshold used where a record has no interval (status over_budget -> over_budget)" in out
+    assert (
+        "- speed: 1.48x -> 2.22x (+50%): beyond the 20% threshold used where a record has no interval (status over_budget -> over_budget)"
+        in out
+    )
     assert (
         "- symptom text:\n  - before: `IndexError: index out of range in self`\n"
         "  - after: `IndexError: index 4097 is out of bounds for dimension 0 with size 4096`"
@@ -259,13 +282,23 @@ def test_change_report_names_an_altered_speed_symptom_and_status(tmp_path, capsy
         (None, 0.70, (0.69, 0.71), "- speed: 0.51x -> 0.70x [0.69, 0.71] (+38%): beyond the 20% threshold"),
     ],
 )
-def test_speed_is_compared_by_interval_overlap_where_both_records_have_one(tmp_path, capsys, old_interval, new_ratio, new_interval, reported):
+def test_speed_is_compared_by_interval_overlap_where_both_records_have_one(
+    tmp_path, capsys, old_interval, new_ratio, new_interval, reported
+):
     old, new = tmp_path / "old", tmp_path / "new"
     for folder in (old, new):
-        shutil.copytree(Path(__file__).parent / "matrix_records" / "torch-2.15.0" / "autocast_device", folder / "autocast_device")  # ratio 0.509
+        shutil.copytree(
+            Path(__file__).parent / "matrix_records" / "torch-2.15.0" / "autocast_device", folder / "autocast_device"
+        )  # ratio 0.509
     if old_interval:
-        _alter(old, "autocast_device", lambda phases: phases["speed"]["figures"].update(ratio_low=old_interval[0], ratio_high=old_interval[1]))
-    _alter(new, "autocast_device", lambda phases: phases["speed"]["figures"].update(ratio=new_ratio, ratio_low=new_interval[0], ratio_high=new_interval[1]))
+        _alter(
+            old, "autocast_device", lambda phases: phases["speed"]["figures"].update(ratio_low=old_interval[0], ratio_high=old_interval[1])
+        )
+    _alter(
+        new,
+        "autocast_device",
+        lambda phases: phases["speed"]["figures"].update(ratio=new_ratio, ratio_low=new_interval[0], ratio_high=new_interval[1]),
+    )
     code, out = _changes(old, new, capsys)
     if reported:
         assert code == 1 and reported in out, out
@@ -288,7 +321,10 @@ def test_change_report_refuses_a_missing_or_empty_folder(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["changes", str(tmp_path / "old"), str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err
-    assert err.splitlines() == [f"error: {tmp_path / 'missing'} is not a folder of records", f"error: no harness records under {tmp_path / 'empty'}"]
+    assert err.splitlines() == [
+        f"error: {tmp_path / 'missing'} is not a folder of records",
+        f"error: no harness records under {tmp_path / 'empty'}",
+    ]
 
 
 # -- the hosted workflow runs what the noxfile defines --------------------------------------
@@ -314,21 +350,52 @@ def test_workflow_runs_every_pinned_version_and_latest_and_a_nightly_that_cannot
 
 def _compiled_abort(folder, torch, what, status="aborted"):
     """A compiled record whose reproduce died natively (or raised) with inductor's bounds check."""
-    reproduce = {"phase": "reproduce", "status": status, "message": f"SIGABRT under inductor: {what}" if status == "aborted" else what, "figures": {"error": None if status == "aborted" else what, "native_message": ["terminate called after throwing an instance of 'c10::Error'", f"  {what}"] if status == "aborted" else None}}
+    reproduce = {
+        "phase": "reproduce",
+        "status": status,
+        "message": f"SIGABRT under inductor: {what}" if status == "aborted" else what,
+        "figures": {
+            "error": None if status == "aborted" else what,
+            "native_message": ["terminate called after throwing an instance of 'c10::Error'", f"  {what}"] if status == "aborted" else None,
+        },
+    }
     record = {"case": "embedding_oob", "device": "cpu", "compile": "inductor", "environment": {"torch": torch}, "phases": [reproduce]}
     path = folder / f"torch-{torch}" / "inductor" / "embedding_oob.cpu.inductor.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(record))
 
 
-@pytest.mark.parametrize(("older", "newer", "changed"), [
-    ("what():  index out of bounds: 0 <= tmp4 < 1583L", "what():  index out of bounds: 0 <= tmp8 < 1583L", False),  # a renamed temporary
-    ("what():  kernel, main.cpp:29, index out of bounds: 0 <= tmp8 < 1583L", "what():  kernel, main.cpp:26, index out of bounds: 0 <= tmp3 < 1583L", False),
-    ("what():  index out of bounds: 0 <= tmp8 < 1583L", "what():  kernel, main.cpp:29, index out of bounds: 0 <= tmp8 < 1583L", False),  # the generated kernel's location, printed from torch 2.9
-    ('File "threading.py"  what():  , line index out of bounds: 0 <= tmp8 < 1583L', "what():  index out of bounds: 0 <= tmp4 < 1583L", False),  # faulthandler's line written into the middle
-    ("what():  index out of bounds: 0 <= tmp8 < 1583L", "what():  index out of bounds: 0 <= tmp8 < 4096L", True),  # another bound: another table
-    ("what():  index out of bounds: 0 <= tmp8 < 1583L", "what():  unsupported dtype Long", True),
-])
+@pytest.mark.parametrize(
+    ("older", "newer", "changed"),
+    [
+        (
+            "what():  index out of bounds: 0 <= tmp4 < 1583L",
+            "what():  index out of bounds: 0 <= tmp8 < 1583L",
+            False,
+        ),  # a renamed temporary
+        (
+            "what():  kernel, main.cpp:29, index out of bounds: 0 <= tmp8 < 1583L",
+            "what():  kernel, main.cpp:26, index out of bounds: 0 <= tmp3 < 1583L",
+            False,
+        ),
+        (
+            "what():  index out of bounds: 0 <= tmp8 < 1583L",
+            "what():  kernel, main.cpp:29, index out of bounds: 0 <= tmp8 < 1583L",
+            False,
+        ),  # the generated kernel's location, printed from torch 2.9
+        (
+            'File "threading.py"  what():  , line index out of bounds: 0 <= tmp8 < 1583L',
+            "what():  index out of bounds: 0 <= tmp4 < 1583L",
+            False,
+        ),  # faulthandler's line written into the middle
+        (
+            "what():  index out of bounds: 0 <= tmp8 < 1583L",
+            "what():  index out of bounds: 0 <= tmp8 < 4096L",
+            True,
+        ),  # another bound: another table
+        ("what():  index out of bounds: 0 <= tmp8 < 1583L", "what():  unsupported dtype Long", True),
+    ],
+)
 def test_generated_names_and_locations_are_no_change_in_the_table_or_the_report(tmp_path, capsys, older, newer, changed):
     _compiled_abort(tmp_path / "old", "2.9.1", older)
     _compiled_abort(tmp_path / "new", "2.11.0", newer)
@@ -348,9 +415,36 @@ def test_a_new_outcome_with_the_same_text_is_a_change(tmp_path, capsys):
 
 def test_a_fix_over_its_memory_budget_shows_in_the_table(tmp_path):
     for version, memory in (("2.6.0", "over_budget"), ("2.9.1", "within_budget")):
-        phases = [{"phase": "reproduce", "status": "reproduced", "message": "", "figures": {}}, {"phase": "memory", "status": memory, "message": memory, "figures": {}}]
+        phases = [
+            {"phase": "reproduce", "status": "reproduced", "message": "", "figures": {}},
+            {"phase": "memory", "status": memory, "message": memory, "figures": {}},
+        ]
         record = {"case": "graph_kept_alive", "device": "cpu", "compile": "inductor", "environment": {"torch": version}, "phases": phases}
         (tmp_path / version).mkdir()
         (tmp_path / version / "graph_kept_alive.cpu.inductor.json").write_text(json.dumps(record))
     row = next(line for line in table(load_records(tmp_path)).splitlines() if line.startswith("| `graph_kept_alive`"))
     assert row == "| `graph_kept_alive` | inductor | reproduced, **memory over budget** | reproduced |"
+
+
+def test_a_record_in_a_newer_format_is_refused_by_name_and_one_without_a_format_is_read(matrix, capsys):
+    from harness.recordset import RECORD_FORMAT
+
+    assert len(load_records(matrix)) == 3  # written without format_version, as every record before it existed
+    path = write_record(matrix, "2.15.0+cpu")
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"format_version": RECORD_FORMAT + 1}))
+    assert main(["check", str(matrix)]) == 2
+    said = capsys.readouterr().err
+    assert str(path) in said and f"record format {RECORD_FORMAT + 1}" in said
+
+
+def test_a_written_record_carries_its_format_and_is_read_back(tmp_path):
+    from harness.records import CaseRecord, load_record
+    from harness.records import write_record as write_case_record
+    from harness.recordset import RECORD_FORMAT
+
+    path = tmp_path / "r.json"
+    write_case_record(
+        CaseRecord(case="embedding_oob", title="t", device="cpu", started_at="now", environment={"torch": "2.13.0"}, config={}), path
+    )
+    assert json.loads(path.read_text())["format_version"] == RECORD_FORMAT
+    assert load_record(path).format_version == RECORD_FORMAT

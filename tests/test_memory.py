@@ -1,5 +1,5 @@
 """The memory source's exactness on known allocation patterns, the slope's interval, the verdict, and the memory
-phase on a case (harness/memory.py, harness/phases/). Everything runs on CPU; the CUDA source is tested in
+phase on a case (harness/measure/footprint.py, harness/phases/). Everything runs on CPU; the CUDA source is tested in
 tests/test_cuda.py's way: skipped without a device."""
 
 import functools
@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from harness import memory
 from harness.cases import Growth
-from harness.isolate import run_isolated
+from harness.measure import footprint as memory
+from harness.process.isolate import run_isolated
 from harness.run import run_case
 from tests.conftest import compose_config, requires_cuda
 
@@ -39,7 +39,9 @@ def test_a_step_that_keeps_one_mib_more_reads_one_mib_per_step_in_both_cpu_serie
 
 def test_a_step_that_allocates_64_mib_and_frees_it_peaks_at_64_mib_and_keeps_nothing():
     transient = measured("allocates_and_frees_64_mib")
-    assert all(63.5 * MIB <= peak <= 66 * MIB for peak in transient.peak), transient.peak  # every step (the mark is reset before each); read 63.89 MiB: pages freed in the step
+    assert all(63.5 * MIB <= peak <= 66 * MIB for peak in transient.peak), (
+        transient.peak
+    )  # every step (the mark is reset before each); read 63.89 MiB: pages freed in the step
     assert abs(transient.growth.per_step) < 64 << 10 and transient.growth.high < 64 << 10, transient.figures()
     assert max(transient.retained) < 1 * MIB
 

@@ -51,7 +51,10 @@ def test_a_scaffolded_case_fails_the_contract_naming_every_placeholder(scaffolde
         "`bad_fixes` is empty",
         "`triage_signs` has no failure sign: `python -m harness.triage` cannot recognise the failure",
         "`compiled_unit` still says TODO: what a user of this code would torch.compile",
-        *(f"`{name}` still raises NotImplementedError: write it" for name in ("make_inputs", "buggy", "fixed", "reference", "speed_baseline")),
+        *(
+            f"`{name}` still raises NotImplementedError: write it"
+            for name in ("make_inputs", "buggy", "fixed", "reference", "speed_baseline")
+        ),
         "docstring title still says TODO: what goes wrong, in one line",
         *(f"docstring section {section!r} still says TODO" for section in cases.REQUIRED_SECTIONS),
     ):
@@ -63,10 +66,13 @@ def test_each_placeholder_filled_clears_its_problem_and_a_bad_fill_is_named(scaf
     root, _ = scaffolded
     path = root / "cases" / "scaffolded.py"
     text = path.read_text()
-    upstream = text[text.index("Upstream:"):text.index("\n\nFidelity:")]
-    path.write_text(text.replace(upstream, "Upstream: a forum post, not a github thread.").replace(
-        'def buggy(x):\n    """TODO: the upstream code, which fails with the symptom above."""\n    raise NotImplementedError("TODO: buggy")',
-        "def buggy(x):\n    return x[0]"))
+    upstream = text[text.index("Upstream:") : text.index("\n\nFidelity:")]
+    path.write_text(
+        text.replace(upstream, "Upstream: a forum post, not a github thread.").replace(
+            'def buggy(x):\n    """TODO: the upstream code, which fails with the symptom above."""\n    raise NotImplementedError("TODO: buggy")',
+            "def buggy(x):\n    return x[0]",
+        )
+    )
     problems = contract_problems(_load(root, "scaffolded"))
     assert "docstring section 'Upstream' cites no https://github.com/ thread" in problems
     assert "docstring section 'Upstream' still says TODO" not in problems
@@ -77,19 +83,24 @@ def test_each_placeholder_filled_clears_its_problem_and_a_bad_fill_is_named(scaf
 def test_controls_that_still_raise_are_named_by_their_key(scaffolded):
     root, _ = scaffolded
     path = root / "cases" / "scaffolded.py"
-    path.write_text(path.read_text().replace("bad_fixes = {}", "def _todo(x):\n    raise NotImplementedError\n\n\nbad_fixes = {'clamp': _todo}"))
+    path.write_text(
+        path.read_text().replace("bad_fixes = {}", "def _todo(x):\n    raise NotImplementedError\n\n\nbad_fixes = {'clamp': _todo}")
+    )
     problems = contract_problems(_load(root, "scaffolded"))
     assert "`bad_fixes` is empty" not in problems
     assert "`bad_fixes['clamp']` still raises NotImplementedError: write it" in problems
 
 
-@pytest.mark.parametrize("name, why", [
-    ("embedding_oob", "exists already"),
-    ("Demo", "not a case name"),
-    ("demo-case", "not a case name"),
-    ("class", "not a case name"),
-    ("_private", "not a case name"),
-])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("embedding_oob", "exists already"),
+        ("Demo", "not a case name"),
+        ("demo-case", "not a case name"),
+        ("class", "not a case name"),
+        ("_private", "not a case name"),
+    ],
+)
 def test_a_taken_or_invalid_name_is_refused_with_exit_2_and_nothing_written(name, why, capsys):
     before = sorted(path.name for path in (ROOT / "cases").iterdir())
     assert scaffold.main([name]) == 2
@@ -116,6 +127,13 @@ def test_the_harness_refuses_to_run_a_case_that_fails_the_contract(monkeypatch):
     from harness.run import ConfigError
     from tests.conftest import compose_config
 
-    monkeypatch.setattr(run, "contract_problems", lambda case: ["no symptom for cpu", "`bad_fixes` is empty", "`buggy` still raises NotImplementedError: write it", "more"])
-    with pytest.raises(ConfigError, match=r"^case embedding_oob does not meet the contract yet, 4 part\(s\) missing .*: no symptom for cpu; `bad_fixes` is empty; `buggy` still raises NotImplementedError: write it; \.\.\.$"):
+    monkeypatch.setattr(
+        run,
+        "contract_problems",
+        lambda case: ["no symptom for cpu", "`bad_fixes` is empty", "`buggy` still raises NotImplementedError: write it", "more"],
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^case embedding_oob does not meet the contract yet, 4 part\(s\) missing .*: no symptom for cpu; `bad_fixes` is empty; `buggy` still raises NotImplementedError: write it; \.\.\.$",
+    ):
         run.validate(compose_config("case=embedding_oob"))

@@ -27,7 +27,9 @@ pytestmark = [
     pytest.mark.slurm,
     pytest.mark.slow,  # a cluster started and stopped (.ci/run: pytest -m slow; nox -s slurm: -m slurm)
     pytest.mark.skipif(shutil.which("sbatch") is None, reason="no sbatch on the PATH: no SLURM here (nox -s slurm installs one)"),
-    pytest.mark.skipif(not launcher_installed("hydra_submitit_launcher"), reason="hydra-submitit-launcher not installed: pip install -e '.[scale]'"),
+    pytest.mark.skipif(
+        not launcher_installed("hydra_submitit_launcher"), reason="hydra-submitit-launcher not installed: pip install -e '.[scale]'"
+    ),
 ]
 
 
@@ -57,7 +59,16 @@ def cluster(tmp_path_factory):
 
 
 def _submit(sweep_dir, env, *overrides):
-    command = [sys.executable, "-m", "harness", "-m", *overrides, "device=cpu", "hydra/launcher=slurm_local", f"hydra.sweep.dir={sweep_dir}"]
+    command = [
+        sys.executable,
+        "-m",
+        "harness",
+        "-m",
+        *overrides,
+        "device=cpu",
+        "hydra/launcher=slurm_local",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from harness.cases import CASE_CONFIG_DIR, ROOT, case_names
-from harness.cases import load_case
+from harness.cases import CASE_CONFIG_DIR, ROOT, case_names, load_case
 from harness.teach import DOCS, RECORDS, bad_fixes_heading, main, material, stale
 from harness.teach.source import bad_fix_origin
 from harness.teach.summary import LINE_WORDS, TITLE_WORDS, problems, summary
@@ -45,11 +44,25 @@ def test_generating_twice_gives_the_same_bytes(generated):
 @pytest.mark.parametrize("name", case_names())
 def test_each_page_holds_story_symptoms_code_evidence_figures_and_commands(generated, name):
     page = generated[f"{name}.md"]
-    for heading in ("## Story", "## Symptoms", "### On CPU", "### On CUDA", "## Code", "## Evidence", "### Bad fixes", "## Figures", "## Try it"):
+    for heading in (
+        "## Story",
+        "## Symptoms",
+        "### On CPU",
+        "### On CUDA",
+        "## Code",
+        "## Evidence",
+        "### Bad fixes",
+        "## Figures",
+        "## Try it",
+    ):
         assert f"\n{heading}\n" in page, heading
     assert "```diff\n--- buggy\n+++ fixed\n" in page
     assert "def reference(" in page
-    for command in (f"python -m harness case={name} fix=<file.py>:<function>", f"python -m harness case={name} hint=<n>", f"python -m harness case={name} exercise=<dir>"):
+    for command in (
+        f"python -m harness case={name} fix=<file.py>:<function>",
+        f"python -m harness case={name} hint=<n>",
+        f"python -m harness case={name} exercise=<dir>",
+    ):
         assert command in page
     cuda_records = list(RECORDS.rglob(f"{name}.cuda.json"))
     assert ("Seen by the harness on CUDA: **not yet run**" in page) == (not cuda_records)
@@ -94,7 +107,10 @@ def test_a_bad_fix_is_from_its_threads_a_generic_attempt_or_of_no_stated_source(
     case = type(sys)("fake_case")
     case.bad_fixes = {"thread": thread, "generic": generic, "unstated": unstated}
     origins = {name: bad_fix_origin(case, name) for name in case.bad_fixes}
-    assert origins["thread"].kind == "thread" and origins["thread"].urls == ("https://github.com/owner/repo/issues/7", "https://example.org/post")
+    assert origins["thread"].kind == "thread" and origins["thread"].urls == (
+        "https://github.com/owner/repo/issues/7",
+        "https://example.org/post",
+    )
     assert origins["generic"].kind == "generic" and origins["unstated"].kind == "unstated"
     assert bad_fixes_heading([origins["thread"]] * 2) == "Wrong fixes from the linked threads, each of which the harness must reject:"
     assert bad_fixes_heading(list(origins.values())) == (
@@ -114,7 +130,10 @@ def test_each_bad_fix_says_where_it_comes_from_and_the_heading_counts_them(gener
         if origin.kind == "thread":
             assert all(url in source for url in origin.urls), bad
         else:
-            assert source == {"generic": "**Source:** a generic attempt, not from the threads", "unstated": "**Source:** not stated"}[origin.kind], bad
+            assert (
+                source
+                == {"generic": "**Source:** a generic attempt, not from the threads", "unstated": "**Source:** not stated"}[origin.kind]
+            ), bad
 
 
 def test_hints_are_rendered_and_no_hints_yet_only_while_no_yaml_has_them(generated):
@@ -166,8 +185,12 @@ def test_new_speed_verdicts_draw_their_interval_and_cuda_records_replace_not_yet
     data = json.loads(newest.read_text())
     speed = next(phase for phase in data["phases"] if phase["phase"] == "speed")
     speed["status"] = "inconclusive"
-    speed["figures"].update(ratio_low=speed["figures"]["ratio"] * 0.9, ratio_high=speed["figures"]["ratio"] * 1.3, level=0.95, samples=21, processes=3)
-    data["phases"].append({"phase": "slow_fix:sync_check", "status": "flagged", "ok": True, "message": "flagged: 3.1x over budget", "figures": {}})
+    speed["figures"].update(
+        ratio_low=speed["figures"]["ratio"] * 0.9, ratio_high=speed["figures"]["ratio"] * 1.3, level=0.95, samples=21, processes=3
+    )
+    data["phases"].append(
+        {"phase": "slow_fix:sync_check", "status": "flagged", "ok": True, "message": "flagged: 3.1x over budget", "figures": {}}
+    )
     newest.write_text(json.dumps(data))
     cuda = newest.with_name("embedding_oob.cuda.json")
     data["device"] = "cuda"
@@ -198,7 +221,11 @@ def test_check_names_each_stale_file_and_exits_1(tmp_path, generated, capsys):
     capsys.readouterr()
     assert main(["--out", str(out), "--check"]) == 1
     printed = capsys.readouterr().out
-    assert "embedding_oob.md: differs" in printed and "gone_case.md: not generated any more" in printed and "codebook_oob.speed.png: figure differs" in printed
+    assert (
+        "embedding_oob.md: differs" in printed
+        and "gone_case.md: not generated any more" in printed
+        and "codebook_oob.speed.png: figure differs" in printed
+    )
     assert main(["--out", str(out)]) == 0 and not (out / "gone_case.md").exists()
     assert main(["--out", str(out), "--check"]) == 0
 
@@ -223,6 +250,7 @@ print("\\n".join(output.get("text", "") for cell in book.cells if cell.cell_type
 def executed_notebooks() -> dict[str, subprocess.CompletedProcess]:
     """Every case's notebook executed top to bottom, each in a process (and kernel) of its own, one per CPU up to two
     at a time: nothing in a notebook is judged by its timing, and one at a time they took 627 s of CI's slow run."""
+
     def execute(name):
         command = [sys.executable, "-c", EXECUTE_NOTEBOOK, str(DOCS / f"{name}.ipynb"), str(DOCS)]
         try:

@@ -10,8 +10,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from harness.measure.timing import MAX_RETAKES, MIN_SAMPLE_S, PairedSamples, estimate_ratio, judge, paired_samples, student_t_quantile
 from harness.phases import speed_config
-from harness.timing import MAX_RETAKES, MIN_SAMPLE_S, PairedSamples, estimate_ratio, judge, paired_samples, student_t_quantile
 
 
 def test_paired_samples_alternate_and_keep_sampling_until_the_time_is_spent():
@@ -51,7 +51,9 @@ def test_a_pair_whose_sample_took_fresh_pages_is_taken_again():
 def test_a_long_sample_may_take_fresh_pages_in_proportion_to_its_length():
     # 2 MiB (512 pages) in a 20 ms sample is retaken; in a 100 ms one it is under FRESH_PAGES_PER_S
     short = paired_samples(_touching_fresh_pages({2}, mib=2), _a_sample_long(), None, device="cpu", warmup=1, pairs=3)
-    long = paired_samples(_touching_fresh_pages({2}, mib=2, lasting_s=0.1), lambda _: time.sleep(0.1), None, device="cpu", warmup=1, pairs=3)
+    long = paired_samples(
+        _touching_fresh_pages({2}, mib=2, lasting_s=0.1), lambda _: time.sleep(0.1), None, device="cpu", warmup=1, pairs=3
+    )
     assert (short.retaken, long.retaken) == (1, 0)
 
 
@@ -73,13 +75,21 @@ def test_the_garbage_collector_is_off_while_sampling_and_on_again_after():
 
 
 def test_speed_inputs_merge_over_the_case_config_then_per_device_then_per_comparison():
-    cfg = OmegaConf.create({"sizes": {"batch": 2, "width": 8}, "speed": {"inputs": {"sizes": {"batch": 4}}, "device_inputs": {"cuda": {"sizes": {"width": 64}}}}})
+    cfg = OmegaConf.create(
+        {
+            "sizes": {"batch": 2, "width": 8},
+            "speed": {"inputs": {"sizes": {"batch": 4}}, "device_inputs": {"cuda": {"sizes": {"width": 64}}}},
+        }
+    )
     assert dict(speed_config(cfg, "cpu").sizes) == {"batch": 4, "width": 8}
     assert dict(speed_config(cfg, "cuda").sizes) == {"batch": 4, "width": 64}
     assert dict(speed_config(cfg, "cuda", {"sizes": {"batch": 1}}).sizes) == {"batch": 1, "width": 64}
 
 
-@pytest.mark.parametrize(("p", "df", "expected"), [(0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 5, 2.571), (0.975, 30, 2.042), (0.995, 10, 3.169), (0.05, 3, -2.353)])
+@pytest.mark.parametrize(
+    ("p", "df", "expected"),
+    [(0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 5, 2.571), (0.975, 30, 2.042), (0.995, 10, 3.169), (0.05, 3, -2.353)],
+)
 def test_student_t_quantiles_match_the_tables(p, df, expected):
     assert student_t_quantile(p, df) == pytest.approx(expected, abs=1e-3)
 
@@ -134,8 +144,40 @@ def test_the_verdict_is_decisive_only_when_the_interval_is_on_one_side_of_the_bu
 
 
 def test_the_cpu_allocator_is_pinned_for_timing_in_a_child():
-    from harness.isolate import run_isolated
-    from harness.timing import steady_cpu_allocator
+    from harness.measure.timing import steady_cpu_allocator
+    from harness.process.isolate import run_isolated
 
     result = run_isolated(steady_cpu_allocator, timeout_s=60)  # in a child: the test process keeps its allocator
     assert result.status == "returned" and result.value is True  # glibc here; False elsewhere, and timing goes on
+
+
+def test_the_cuda_profile_of_the_fixes_runs_end_to_end_on_cpu(tmp_path):
+    """tools/cuda_profile_fixes.py is run on a lent GPU with minutes to spare: its smoke test runs here, on CPU."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "profile.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "tools/cuda_profile_fixes.py",
+            "--device",
+            "cpu",
+            "--rounds",
+            "3",
+            "--out",
+            str(out),
+            "embedding_oob",
+            "autocast_device",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert [case["case"] for case in report["cases"]] == ["embedding_oob", "autocast_device"]
+    for case in report["cases"]:
+        assert "error" not in case, case
+        assert all(ratio > 0 for ratio in case["ratios"].values())

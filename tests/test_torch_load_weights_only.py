@@ -16,7 +16,9 @@ from torch.torch_version import TorchVersion
 from cases import torch_load_weights_only as case
 from harness.cases import CASE_CONFIG_DIR, Symptom, WrongResult, case_text, symptom_on
 
-requires_2_6 = pytest.mark.skipif(TorchVersion(torch.__version__) < "2.6", reason="get_unsafe_globals_in_checkpoint and the default flip are torch >= 2.6")
+requires_2_6 = pytest.mark.skipif(
+    TorchVersion(torch.__version__) < "2.6", reason="get_unsafe_globals_in_checkpoint and the default flip are torch >= 2.6"
+)
 SMALL = {"epochs": 3, "classes": 2, "in_channels": 1, "stages": 1, "base_features": 4}
 
 
@@ -27,13 +29,16 @@ def x():
     return case.make_inputs(cfg, "cpu")
 
 
-@pytest.mark.parametrize(("version", "kind", "warns"), [
-    ("2.3.1", WrongResult, False),  # pickle, silently: the crafted file's code runs
-    ("2.4.1", WrongResult, True),  # the same, with the FutureWarning (torch/serialization.py of 2.4.0 and 2.5.1)
-    ("2.5.1+cpu", WrongResult, True),
-    ("2.6.0", Symptom, False),  # weights_only defaults to True (`_default_to_weights_only`)
-    ("2.13.0+cpu", Symptom, False),
-])
+@pytest.mark.parametrize(
+    ("version", "kind", "warns"),
+    [
+        ("2.3.1", WrongResult, False),  # pickle, silently: the crafted file's code runs
+        ("2.4.1", WrongResult, True),  # the same, with the FutureWarning (torch/serialization.py of 2.4.0 and 2.5.1)
+        ("2.5.1+cpu", WrongResult, True),
+        ("2.6.0", Symptom, False),  # weights_only defaults to True (`_default_to_weights_only`)
+        ("2.13.0+cpu", Symptom, False),
+    ],
+)
 def test_each_release_is_judged_by_its_own_symptom(version, kind, warns):
     for device in ("cpu", "cuda"):
         symptom = symptom_on(case.symptoms[device], version)

@@ -75,6 +75,7 @@ REJECTED_BY_SPEED = [
 
 HELPERS = {("fp16_grad_underflow", "cast_training_params")}  # diffusers' helper, called by a graded fix
 
+
 def graded(tmp_path, environment, case, function, phases=("fix", "correct")):
     """The grade of tests/fixes/upstream/<case>.py:<function> with `phases`: (verdict, record)."""
     fix = f"fix={UPSTREAM / case}.py:{function}"

@@ -25,7 +25,16 @@ def test_the_plain_run_gets_a_worker_per_core(monkeypatch):
     assert pytest_xdist_auto_num_workers(Options(markexpr="not slow")) == MAX_WORKERS
 
 
-@pytest.mark.parametrize("given", [{"markexpr": "slow"}, {"markexpr": ""}, {"markexpr": "cuda"}, {"markexpr": "not slow", "benchmark_only": True}, {"markexpr": "not slow", "benchmark_save": "x"}])
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"markexpr": "slow"},
+        {"markexpr": ""},
+        {"markexpr": "cuda"},
+        {"markexpr": "not slow", "benchmark_only": True},
+        {"markexpr": "not slow", "benchmark_save": "x"},
+    ],
+)
 def test_a_run_that_times_things_gets_no_worker(given):
     assert pytest_xdist_auto_num_workers(Options(**given)) == 0
 

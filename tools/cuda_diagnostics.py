@@ -34,8 +34,13 @@ def case_and_inputs(name, **overrides):
 
 def target_oob_line():
     if os.environ.get("CUDA_LAUNCH_BLOCKING") != "1":
-        child = subprocess.run([sys.executable, __file__, "target_oob_line"], env={**os.environ, "CUDA_LAUNCH_BLOCKING": "1"},
-                               capture_output=True, text=True, timeout=120)
+        child = subprocess.run(
+            [sys.executable, __file__, "target_oob_line"],
+            env={**os.environ, "CUDA_LAUNCH_BLOCKING": "1"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         lines = (child.stdout + child.stderr).splitlines()
         print(f"exit {child.returncode}; {len(lines)} lines; distinct assertion lines:")
         seen = {line.split("block:")[0] + (line.split("Assertion")[-1] if "Assertion" in line else "") for line in lines if "ssert" in line}
@@ -52,7 +57,7 @@ def target_oob_line():
 def tf32():
     import torch
 
-    from harness.compare import compare
+    from harness.measure.compare import compare
 
     case, cfg, x = case_and_inputs("backward_twice")
     want = case.reference(case.make_inputs(cfg, DEVICE))
@@ -91,7 +96,7 @@ def codebook_compiled():
     import torch
     import torch._inductor.config as inductor_config
 
-    from harness.compare import compare
+    from harness.measure.compare import compare
 
     inductor_config.fallback_random = True
     case, cfg, x = case_and_inputs("codebook_oob")

@@ -1,6 +1,6 @@
 """Profile the fixes that missed their CUDA speed budgets (issue 50, item 1), before and after, in one run.
 
-    python tools/cuda_profile_fixes.py [--out profile.json] [case ...]
+    python tools/cuda_profile_fixes.py [--out profile.json] [--rounds N] [case ...]
 
 For each case, on the CUDA speed inputs of its yaml (`speed.inputs`, then `speed.device_inputs.cuda`), each
 variant is timed per call as the harness's speed phase times it (a synchronised call, the variants interleaved,
@@ -28,7 +28,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.cases import load_case  # noqa: E402
 
-RUNTIME_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaStreamIsCapturing")
+RUNTIME_CALLS = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaMemcpyAsync",
+    "cudaStreamIsCapturing",
+)
 
 
 DEVICE = "cuda"  # --device cpu: a smoke test of this script where no GPU is
@@ -41,7 +50,9 @@ def sync() -> None:
 
 def speed_inputs(name: str):
     case_cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "case" / f"{name}.yaml")
-    cfg = OmegaConf.merge(case_cfg, OmegaConf.select(case_cfg, "speed.inputs") or {}, OmegaConf.select(case_cfg, f"speed.device_inputs.{DEVICE}") or {})
+    cfg = OmegaConf.merge(
+        case_cfg, OmegaConf.select(case_cfg, "speed.inputs") or {}, OmegaConf.select(case_cfg, f"speed.device_inputs.{DEVICE}") or {}
+    )
     return load_case(name).make_inputs(cfg, DEVICE), cfg
 
 
@@ -58,14 +69,14 @@ def per_call_ms(variants: dict[str, Callable], x: Any, rounds: int = 200, warmup
                 times[name].append((time.perf_counter() - start) * 1e3)
     out = {}
     for name, samples in times.items():
-        q = statistics.quantiles(samples, n=4)
+        q = statistics.quantiles(samples, n=4) if len(samples) > 1 else samples * 3
         out[name] = {"median_ms": statistics.median(samples), "q1_ms": q[0], "q3_ms": q[2]}
     return out
 
 
 def back_to_back_ms(function: Callable, x: Any, calls: int = 200) -> float:
     """Calls queued without a sync between them: what launch pipelining leaves (a training loop's view)."""
-    for _ in range(10):
+    for _ in range(min(10, calls)):
         function(x)
     sync()
     start = time.perf_counter()
@@ -98,12 +109,16 @@ def profile_once(function: Callable, x: Any) -> dict[str, Any]:
     return {"gpu_ops": sum(kernels.values()), "gpu_us": round(gpu_us, 1), "ops": kernels, "runtime_calls": runtime}
 
 
-def measure(name: str, variants: dict[str, Callable], ratios: dict[str, tuple[str, str]]) -> dict[str, Any]:
+def measure(name: str, variants: dict[str, Callable], ratios: dict[str, tuple[str, str]], rounds: int = 200) -> dict[str, Any]:
     x, _ = speed_inputs(name)
-    timed = per_call_ms(variants, x)
+    timed = per_call_ms(variants, x, rounds=rounds, warmup=max(1, rounds // 10))
     result: dict[str, Any] = {"case": name, "variants": {}}
     for variant, function in variants.items():
-        result["variants"][variant] = {**timed[variant], "back_to_back_ms": back_to_back_ms(function, x), **profile_once(function, x)}
+        result["variants"][variant] = {
+            **timed[variant],
+            "back_to_back_ms": back_to_back_ms(function, x, calls=rounds),
+            **profile_once(function, x),
+        }
     result["ratios"] = {label: timed[a]["median_ms"] / timed[b]["median_ms"] for label, (a, b) in ratios.items()}
     return result
 
@@ -156,7 +171,9 @@ def class_weight_variants():
 
     def wrapper_weights_made_once(x):  # what the wrapper would cost with its class-weight tensor made once
         loss = copy.copy(x.loss)
-        loss.cls_criterion = lambda pred, label, weight=None, class_weight=None, ignore_index=-100, **_: F.cross_entropy(pred, label, weight=x.class_weight, ignore_index=ignore_index)
+        loss.cls_criterion = lambda pred, label, weight=None, class_weight=None, ignore_index=-100, **_: F.cross_entropy(
+            pred, label, weight=x.class_weight, ignore_index=ignore_index
+        )
         return loss(x.pred, x.label, ignore_index=x.ignore_index)
 
     variants = {
@@ -187,7 +204,11 @@ def autocast_variants():
         inside, outside, loss, grad = case.fit_batch(x, case.build_brain(x.devices[0], x.dtype, case.from_torch_device))
         return dtype_code_from_host(inside, x), dtype_code_from_host(outside, x), loss, grad
 
-    variants = {"baseline (float32 step)": case.speed_baseline, "before: dtype codes from the host": candidate_before, "after: dtype codes filled on the GPU": case.speed_candidate}
+    variants = {
+        "baseline (float32 step)": case.speed_baseline,
+        "before: dtype codes from the host": candidate_before,
+        "after: dtype codes filled on the GPU": case.speed_candidate,
+    }
     ratios = {
         "before / baseline": ("before: dtype codes from the host", "baseline (float32 step)"),
         "after / baseline": ("after: dtype codes filled on the GPU", "baseline (float32 step)"),
@@ -203,17 +224,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cases", nargs="*", default=list(PROFILES), metavar="case")
     parser.add_argument("--out", type=Path, default=Path("cuda_profile.json"))
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a smoke test of this script")
+    parser.add_argument("--rounds", type=int, default=200, help="timed calls of each variant, interleaved")
     args = parser.parse_args(argv)
     global DEVICE
     DEVICE = args.device
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: this profile needs a GPU", file=sys.stderr)
         return 3
-    report = {"device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu", "torch": torch.__version__, "cuda": torch.version.cuda, "cases": []}
+    report = {
+        "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cases": [],
+    }
     for name in args.cases:
         try:
             variants, ratios = PROFILES[name]()
-            result = measure(name, variants, ratios)
+            result = measure(name, variants, ratios, rounds=args.rounds)
         except Exception as error:  # noqa: BLE001 - one case's failure must not lose the others' figures
             result = {"case": name, "error": f"{type(error).__name__}: {error}"}
         report["cases"].append(result)

@@ -31,7 +31,7 @@ def repository_file(page_uri: str, target: str) -> str | None:
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(page_uri), target))
     if not resolved.startswith("../") or resolved.startswith("../../"):
         return None  # inside docs/ (MkDocs checks it), or outside the repository
-    path = resolved[len("../"):]
+    path = resolved[len("../") :]
     return path if (ROOT / path).is_file() else None
 
 

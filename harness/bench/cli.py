@@ -51,18 +51,27 @@ def main(argv: list[str]) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench", description="Every case as a task; one command that scores a set of fixes.")
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.bench", description="Every case as a task; one command that scores a set of fixes."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     tasks = commands.add_parser("tasks", help="write the task set: a folder per case with its starter and task card")
     tasks.add_argument("out")
     tasks.add_argument("--cases", help="comma-separated; default every case")
     grade = commands.add_parser("grade", help="grade every fix_<case>.py under FIXES; device=, compile= as for python -m harness")
     grade.add_argument("fixes")
-    grade.add_argument("--out", help="where grades, results and the scoreboard go (default FIXES/bench-<device>-<compile>); a run cut short picks up there")
+    grade.add_argument(
+        "--out", help="where grades, results and the scoreboard go (default FIXES/bench-<device>-<compile>); a run cut short picks up there"
+    )
     grade.add_argument("--cases", help="comma-separated; default every case")
     grade.add_argument("--jobs", type=int, help="grades at once, each on CPUs of its own (default: one per 2 CPUs; 1 on CUDA)")
     grade.add_argument("--timeout-s", type=float, default=300.0, help="the grader's limit per phase (timeout_s), default 300")
-    grade.add_argument("--wall-s", type=float, default=GRADE_WALL_S, help=f"the bench's limit per grade, past which the grader is killed (grader_timeout), default {GRADE_WALL_S:g}")
+    grade.add_argument(
+        "--wall-s",
+        type=float,
+        default=GRADE_WALL_S,
+        help=f"the bench's limit per grade, past which the grader is killed (grader_timeout), default {GRADE_WALL_S:g}",
+    )
     compare = commands.add_parser("compare", help="what changed between two scoreboards (exit 1 when anything did)")
     compare.add_argument("a")
     compare.add_argument("b")
@@ -120,7 +129,10 @@ def _grade(args: argparse.Namespace, rest: list[str]) -> int:
     }
     _check_same_run(out, meta)
     meta |= {"jobs": jobs, "environment": _environment(), "started_at": now(), "finished_at": None}
-    print(f"grading {sum(len(files) for files in submissions.values())} files for {len(cases)} tasks into {out} ({jobs} at a time)", flush=True)
+    print(
+        f"grading {sum(len(files) for files in submissions.values())} files for {len(cases)} tasks into {out} ({jobs} at a time)",
+        flush=True,
+    )
     for path in unmatched:
         print(f"  {path}: names no case (unknown_case)", flush=True)
     landed: dict[str, CaseResult] = {}
@@ -129,8 +141,11 @@ def _grade(args: argparse.Namespace, rest: list[str]) -> int:
         landed[result.case] = result
         done = f"[{len(landed)}/{len(cases)}]"
         took = f" ({result.seconds:.0f} s)" if result.seconds else ""
-        print(f"{done} {result.case}: {result.status}{' (graded before, kept)' if reused else took}"
-              + (f": {result.first_failing}" if result.first_failing else ""), flush=True)
+        print(
+            f"{done} {result.case}: {result.status}{' (graded before, kept)' if reused else took}"
+            + (f": {result.first_failing}" if result.first_failing else ""),
+            flush=True,
+        )
         _write_board(out, {case: landed[case] for case in cases if case in landed}, unmatched, meta)
 
     previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from harness.cases import ROOT
-from harness.grading.confine import start_ticks
+from harness.process.confine import start_ticks
 
 INTERRUPTIONS = 2  # runs killed while grading one file, after which it is not graded again (it may be what kills them)
 CPUS_PER_GRADE = 2  # a grade's timing child runs single-threaded beside the parent that reads its clock and CPU time
@@ -201,7 +201,9 @@ def grade_one(case: str, path: Path, out: Path, settings: Settings, cpus: list[i
     try:
         compile(path.read_bytes(), str(path), "exec")
     except SyntaxError as error:
-        return dataclasses.replace(base, status="syntax_error", verdict=f"{path.name}:{error.lineno}: SyntaxError: {error.msg}", seconds=0.0)
+        return dataclasses.replace(
+            base, status="syntax_error", verdict=f"{path.name}:{error.lineno}: SyntaxError: {error.msg}", seconds=0.0
+        )
     except ValueError as error:  # null bytes (a SyntaxError from Python 3.12)
         return dataclasses.replace(base, status="syntax_error", verdict=f"{path.name}: {error}", seconds=0.0)
     folder = out / "grades" / case
@@ -209,12 +211,28 @@ def grade_one(case: str, path: Path, out: Path, settings: Settings, cpus: list[i
         shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     command = [
-        sys.executable, "-c", _LAUNCH, str(os.getpid()), ",".join(map(str, cpus)),
-        *GRADER, f"case={case}", f"fix={_quoted(str(path))}:fix", *settings.overrides(), f"hydra.run.dir={_quoted(str(folder))}",
+        sys.executable,
+        "-c",
+        _LAUNCH,
+        str(os.getpid()),
+        ",".join(map(str, cpus)),
+        *GRADER,
+        f"case={case}",
+        f"fix={_quoted(str(path))}:fix",
+        *settings.overrides(),
+        f"hydra.run.dir={_quoted(str(folder))}",
     ]
     started = time.monotonic()
     with open(folder / "grade.log", "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder, env=_grader_environment())
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=folder,
+            env=_grader_environment(),
+        )
         with run.running(case, sha256, process.pid):
             run.log(case=case, event="start", pid=process.pid, file=str(path), sha256=sha256)
             try:
@@ -248,7 +266,9 @@ def _read_outcome(result: CaseResult, folder: Path, out: Path, settings: Setting
     verdict = (record or {}).get("verdict")
     if result.exit_code not in (EXIT_ACCEPTED, EXIT_REJECTED) or not verdict:
         how = f"killed by {signal.Signals(-result.exit_code).name}" if result.exit_code < 0 else f"exit {result.exit_code}"
-        return dataclasses.replace(result, status="grader_crashed", verdict=f"the grader ended without a verdict ({how}){': ' + said if said else ''}")
+        return dataclasses.replace(
+            result, status="grader_crashed", verdict=f"the grader ended without a verdict ({how}){': ' + said if said else ''}"
+        )
     accepted = verdict.startswith("accepted")
     first = re.match(r"rejected by ([^:]+): ([^:]+):", verdict)
     phases = {phase["phase"]: phase for phase in record["phases"]}
@@ -309,7 +329,12 @@ def grade_all(
         if not files:
             results[case] = CaseResult(case, "not_attempted", "no fix_<case>.py for this case")
         elif len(files) > 1:
-            results[case] = CaseResult(case, "duplicate", f"{len(files)} files for one case, none graded: {', '.join(map(str, files))}", files=list(map(str, files)))
+            results[case] = CaseResult(
+                case,
+                "duplicate",
+                f"{len(files)} files for one case, none graded: {', '.join(map(str, files))}",
+                files=list(map(str, files)),
+            )
         elif (sha256 := _sha256_or_why(files[0]))[1]:
             results[case] = CaseResult(case, "bad_submission", f"{files[0]}: cannot be read: {sha256[1]}", files=[str(files[0])])
         elif (kept := run.finished(case)) is not None and kept.sha256 == sha256[0] and kept.files == [str(files[0])]:
@@ -318,8 +343,11 @@ def grade_all(
             continue
         elif (cut := run.interruptions(case, sha256[0])) >= INTERRUPTIONS:
             results[case] = CaseResult(
-                case, "grader_crashed", f"the bench itself was killed {cut} times while grading this file (by the file, or from outside): not graded again; a fresh --out grades it anew",
-                files=[str(files[0])], sha256=sha256[0],
+                case,
+                "grader_crashed",
+                f"the bench itself was killed {cut} times while grading this file (by the file, or from outside): not graded again; a fresh --out grades it anew",
+                files=[str(files[0])],
+                sha256=sha256[0],
             )
         else:
             todo.append((case, files[0]))
@@ -362,5 +390,3 @@ def write_atomically(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     temporary.write_text(text)
     os.replace(temporary, path)
-
-

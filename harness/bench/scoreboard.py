@@ -50,7 +50,10 @@ def scoreboard(results: dict[str, CaseResult], unmatched: list[str], meta: dict[
         **meta,
         "summary": summary(results),
         "cases": {case: dataclasses.asdict(result) for case, result in results.items()},
-        "unmatched_files": [{"file": path, "status": "unknown_case", "verdict": "its name, fix_<case>.py, names no case of the task set"} for path in unmatched],
+        "unmatched_files": [
+            {"file": path, "status": "unknown_case", "verdict": "its name, fix_<case>.py, names no case of the task set"}
+            for path in unmatched
+        ],
     }
 
 
@@ -73,7 +76,9 @@ def markdown(board: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for case, r in board["cases"].items():
-        lines.append(f"| {case} | {r['status']} | {r['first_failing'] or ''} | {speed_text(r['speed'])} | {_memory_text(r['memory'])} | {_seconds(r['seconds'])} |")
+        lines.append(
+            f"| {case} | {r['status']} | {r['first_failing'] or ''} | {speed_text(r['speed'])} | {_memory_text(r['memory'])} | {_seconds(r['seconds'])} |"
+        )
     for entry in board["unmatched_files"]:
         lines.append(f"| `{entry['file']}` | unknown_case | | | | |")
     named = [(case, r) for case, r in board["cases"].items() if r["status"] not in ("accepted", "not_attempted")]
@@ -94,7 +99,9 @@ def _memory_text(memory: dict | None) -> str:
     if not memory:
         return ""
     growth = memory.get("growth_fraction")
-    return f"{memory['status']}" + (f", excess growth {round(growth, 2) + 0.0:.2f} of the baseline's peak a step" if growth is not None else "")
+    return f"{memory['status']}" + (
+        f", excess growth {round(growth, 2) + 0.0:.2f} of the baseline's peak a step" if growth is not None else ""
+    )
 
 
 def _percent(value: float | None) -> str:
@@ -127,7 +134,9 @@ def changes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
             said.append(f"{case}: {'only in B' if before is None else 'only in A'}")
             continue
         if before["status"] != after["status"]:
-            said.append(f"{case}: {before['status']} -> {after['status']}" + (f" ({after['first_failing']})" if after["first_failing"] else ""))
+            said.append(
+                f"{case}: {before['status']} -> {after['status']}" + (f" ({after['first_failing']})" if after["first_failing"] else "")
+            )
         moved = _moved(before["speed"], after["speed"])
         if moved:
             said.append(f"{case}: speed {moved}")

@@ -1,10 +1,8 @@
-"""Grading a submitted fix, and the machinery that keeps the submission from reaching what it is compared with.
+"""Grading a submitted fix: the checks (fix, correct, speed, memory, integrity), the verdict, hints and exercises.
 
-    grade      the checks of a submitted fix (fix, correct, speed, memory, integrity), the verdict, hints, exercises
-    submitted  loading the submitted file in a child, by path, behind tripwires; the process settings it changed
-    confine    what a child that imports a submission may do (Landlock, limits, process counts)
+    grade      the checks of a submitted fix, the verdict, hints, exercises
 
-The import graph runs one way: `harness.phases` uses `confine` and `submitted` (how a child holding a submission is
-loaded and held); `grade` uses `harness.phases`, and hands the phases a candidate; nothing here imports `grade`.
-The speed protocol the phases time with is the speed phase's own (harness/phases/clock.py).
+What keeps the submission from reaching what it is compared with lives beneath the phases, in the process layer:
+harness/process/submitted.py (loading it in a child, behind tripwires) and harness/process/confine.py (what such a
+child may do). `grade` uses `harness.phases` and hands the phases a candidate; nothing beneath imports `grade`.
 """

@@ -19,7 +19,7 @@ does not:
                            alone (`secrets`; recorded afterwards), in fresh processes: a remembered or
                            hard-coded result fails there.
     speed                  the submitted fix timed against the case's `fixed` (the model solution) on the
-                           parent's clock (harness/phases/clock.py), judged against `speed.grade_budget` where a case
+                           parent's clock (harness/measure/clock.py), judged against `speed.grade_budget` where a case
                            sets one, else `speed.budget`; then, first failure first:
                                timed_output_wrong         a timed output picked after its call differs from the
                                                           reference for its inputs (judged in a clean child)
@@ -28,7 +28,7 @@ does not:
                                faster_on_repeated_inputs  a cache answers the timed inputs after their first call
                                implausibly_fast           below IMPLAUSIBLY_FAST times the model solution
     memory                 where the case sets a memory budget (`memory.grade_budget`, else `memory.budget`; else not run):
-                           the submitted fix's memory over the steps (harness/memory.py), in a confined child,
+                           the submitted fix's memory over the steps (harness/measure/footprint.py), in a confined child,
                            against the case's `fixed` in a child that never imports it, over a number of
                            steps the submission cannot know;
                            its resident memory read from outside its process. An interval that still
@@ -37,7 +37,7 @@ does not:
                            restored: tampered), no write outside the sandbox attempted (wrote_outside_sandbox),
                            no process of the submission left running (left_processes, killed).
 
-Every child that imports the submitted file confines itself first (harness/grading/confine.py: Landlock, a
+Every child that imports the submitted file confines itself first (harness/process/confine.py: Landlock, a
 write guard, rlimits); the harness's own process never imports it.
 A crash or a hang is the verdict `crashed` or `timeout`. The verdict comes from the records, never
 from what the submitted code printed. What the graded process reports about its inputs could be
@@ -65,20 +65,23 @@ from typing import Any, Iterator
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness.cases import REQUIRED_SECTIONS, ROOT, Slow, load_case, symptom_on
-from harness.compare import compare, flatten_tensors, named_tensors, snapshot, tolerance_of
-from harness.grading.confine import Limits
-from harness.isolate import ChildResult, run_isolated
+from harness.cases import REQUIRED_SECTIONS, ROOT, Slow, global_names, load_case, reachable, symptom_on
+from harness.measure.compare import compare, flatten_tensors, named_tensors, snapshot, tolerance_of
 from harness.phases import Settings, fix_under_test, memory_budget, speed_config
-from harness.phases.common import abnormal, call, compiled_for, difference, record_of, tolerance_text
 from harness.phases import run_phase as run_case_phase
+from harness.phases.common import abnormal, call, compiled_for, difference, record_of, tolerance_text
+from harness.process.confine import Limits
+from harness.process.isolate import ChildResult, run_isolated
+from harness.process.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
 from harness.records import CaseRecord, PhaseRecord
-from harness.cases import global_names, reachable
-from harness.grading.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
 
 IMPLAUSIBLY_FAST = 0.25  # submitted / model solution: below this the fix is flagged, not praised
 GRADED_PHASES = ("fix", "correct", "correct:second_inputs", "speed", "integrity")
-CASE_CONTROLS = ("slow_fixes", "bad_fixes", "memory_fixes")  # left out of a grade: they test the harness on the case (its own run does), not a submission
+CASE_CONTROLS = (
+    "slow_fixes",
+    "bad_fixes",
+    "memory_fixes",
+)  # left out of a grade: they test the harness on the case (its own run does), not a submission
 PROJECT_SOURCES = ("harness/**/*.py", "cases/**/*.py", "conf/**/*.yaml", "pyproject.toml")  # byte-identical after grading, or restored
 HINT_STEPS = 3
 EXERCISE_FUNCTION = "fix"
@@ -166,7 +169,9 @@ def _not_imported(phase: str, result: ChildResult) -> Iterator[PhaseRecord]:
     what = f"importing it {result.summary}" + (f" ({said})" if said and not result.lost_server else "")
     for name in {"fix": ["fix"], "correct": ["correct", "correct:second_inputs"], "speed": ["speed"]}[phase]:
         message = what if name == "fix" else f"not run: {what} (the fix check)"
-        yield record_of(name, status, False, message, result, {"import_check": result.status, **({"signal": result.signal} if result.signal else {})})
+        yield record_of(
+            name, status, False, message, result, {"import_check": result.status, **({"signal": result.signal} if result.signal else {})}
+        )
 
 
 def _import_in_child(path: str, function: str) -> str | None:
@@ -289,7 +294,9 @@ def _judge_in_child(cfg: DictConfig, device: str, sent: bytes) -> tuple[str, str
     return judge(got["output"], want, got["inputs"], pristine, **tolerance_of(cfg.tolerance))
 
 
-def judge(output: list, reference: Any, inputs_after: dict, pristine: dict, *, atol: float, rtol: float, scale: float = 0.0) -> tuple[str, str, dict[str, Any]]:
+def judge(
+    output: list, reference: Any, inputs_after: dict, pristine: dict, *, atol: float, rtol: float, scale: float = 0.0
+) -> tuple[str, str, dict[str, Any]]:
     """(status, message, figures): the first check the output (its tensors in order, a None where a gradient was never
     computed) fails against the reference's output, or "passed"."""
     want = [tensor for _, tensor in named_tensors(reference)]
@@ -301,7 +308,11 @@ def judge(output: list, reference: Any, inputs_after: dict, pristine: dict, *, a
         for what in ("shape", "dtype", "device"):
             if getattr(got, what) != getattr(expected, what):
                 mine, theirs = _show(getattr(got, what)), _show(getattr(expected, what))
-                return "wrong_output", f"output tensor {index} has {what} {mine}, the reference {theirs}", {what: mine, f"reference_{what}": theirs}
+                return (
+                    "wrong_output",
+                    f"output tensor {index} has {what} {mine}, the reference {theirs}",
+                    {what: mine, f"reference_{what}": theirs},
+                )
     figures = compare(output, reference, atol=atol, rtol=rtol, scale=scale)
     if not figures["match"]:
         return "mismatch", "", figures
@@ -309,11 +320,19 @@ def judge(output: list, reference: Any, inputs_after: dict, pristine: dict, *, a
     for index, got in enumerate(output):
         shared = None if got is None else next((path for path, tensor in tensors_in.items() if _overlap(got, tensor)), None)
         if shared is not None:
-            return "aliases_input", f"output tensor {index} shares storage with the input {shared}: a caller's input would change with it", {**figures, "aliased": shared}
+            return (
+                "aliases_input",
+                f"output tensor {index} shares storage with the input {shared}: a caller's input would change with it",
+                {**figures, "aliased": shared},
+            )
     changed = [path for path in pristine if path not in inputs_after or not _identical(pristine[path], inputs_after[path])]
     changed += [path for path in inputs_after if path not in pristine]
     if changed:
-        return "changed_inputs", f"the fix changed its inputs: {', '.join(changed[:3])}" + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""), {**figures, "changed": changed[:20]}
+        return (
+            "changed_inputs",
+            f"the fix changed its inputs: {', '.join(changed[:3])}" + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""),
+            {**figures, "changed": changed[:20]},
+        )
     return "passed", "", figures
 
 
@@ -345,7 +364,7 @@ def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    """The timed calls' outputs the parent kept (harness/phases/clock.py), against the reference for the same
+    """The timed calls' outputs the parent kept (harness/measure/clock.py), against the reference for the same
     inputs, computed in a clean child; a wrong one rejects the fix, whatever its speed."""
     kept = record.figures.pop("checked_outputs", None)
     check_dir = record.figures.pop("checked_dir", None)
@@ -418,7 +437,12 @@ def _judge_kept(path: str, want: list, cfg: DictConfig) -> tuple[str, str]:
 
 def project_sources() -> dict[str, bytes]:
     """The harness's, the cases' and the configs' files, by path relative to the project root."""
-    return {str(path.relative_to(ROOT)): path.read_bytes() for pattern in PROJECT_SOURCES for path in sorted(ROOT.glob(pattern)) if path.is_file()}
+    return {
+        str(path.relative_to(ROOT)): path.read_bytes()
+        for pattern in PROJECT_SOURCES
+        for path in sorted(ROOT.glob(pattern))
+        if path.is_file()
+    }
 
 
 def integrity(before: dict[str, bytes], record: CaseRecord) -> PhaseRecord:
@@ -438,22 +462,54 @@ def integrity(before: dict[str, bytes], record: CaseRecord) -> PhaseRecord:
     figures = {
         "sources": len(before),
         "source_sha256": {path: hashlib.sha256(data).hexdigest() for path, data in sorted(before.items())},
-        "sources_sha256": hashlib.sha256(b"".join(path.encode() + hashlib.sha256(data).digest() for path, data in sorted(before.items()))).hexdigest(),
+        "sources_sha256": hashlib.sha256(
+            b"".join(path.encode() + hashlib.sha256(data).digest() for path, data in sorted(before.items()))
+        ).hexdigest(),
         "changed": changed,
         "refused_writes": refused,
         "left_behind": left,
         "confinement": confinement,
     }
     if changed:
-        return PhaseRecord("integrity", "tampered", False, f"the grade changed {', '.join(changed[:3])}: restored from the copy read before grading", figures)
+        return PhaseRecord(
+            "integrity",
+            "tampered",
+            False,
+            f"the grade changed {', '.join(changed[:3])}: restored from the copy read before grading",
+            figures,
+        )
     signals = [line.removeprefix("kill ") for line in refused if line.startswith("kill ")]
     if signals:
-        return PhaseRecord("integrity", "signalled_outside_sandbox", False, f"the submission tried to signal a process outside its own (refused): {'; '.join(signals[:3])}", figures)
+        return PhaseRecord(
+            "integrity",
+            "signalled_outside_sandbox",
+            False,
+            f"the submission tried to signal a process outside its own (refused): {'; '.join(signals[:3])}",
+            figures,
+        )
     if refused:
-        return PhaseRecord("integrity", "wrote_outside_sandbox", False, f"the submission tried to write outside its scratch directory (refused): {'; '.join(refused[:3])}", figures)
+        return PhaseRecord(
+            "integrity",
+            "wrote_outside_sandbox",
+            False,
+            f"the submission tried to write outside its scratch directory (refused): {'; '.join(refused[:3])}",
+            figures,
+        )
     if left:
-        return PhaseRecord("integrity", "left_processes", False, f"the submission left {len(left)} process(es) running after its call (killed): {left[0]}", figures)
-    return PhaseRecord("integrity", "passed", True, f"{len(before)} project sources unchanged (sha256 {figures['sources_sha256'][:12]}); no write outside the sandbox; no process left", figures)
+        return PhaseRecord(
+            "integrity",
+            "left_processes",
+            False,
+            f"the submission left {len(left)} process(es) running after its call (killed): {left[0]}",
+            figures,
+        )
+    return PhaseRecord(
+        "integrity",
+        "passed",
+        True,
+        f"{len(before)} project sources unchanged (sha256 {figures['sources_sha256'][:12]}); no write outside the sandbox; no process left",
+        figures,
+    )
 
 
 def _name_the_symptom(record: PhaseRecord, case: ModuleType, device: str) -> PhaseRecord:
@@ -483,7 +539,9 @@ def _flag_implausibly_fast(record: PhaseRecord) -> PhaseRecord:
         f"{ratio:.3f}x the model solution's time, under {IMPLAUSIBLY_FAST}x: implausibly fast "
         "(a fix that skips the work, returning a remembered or hard-coded result, looks like this)"
     )
-    return dataclasses.replace(record, status="implausibly_fast", ok=False, message=message, figures={**record.figures, "implausibly_fast_below": IMPLAUSIBLY_FAST})
+    return dataclasses.replace(
+        record, status="implausibly_fast", ok=False, message=message, figures={**record.figures, "implausibly_fast_below": IMPLAUSIBLY_FAST}
+    )
 
 
 # -- the verdict -------------------------------------------------------------------------------------
@@ -496,12 +554,23 @@ def verdict(record: CaseRecord) -> Verdict:
     failed = sorted((phase for phase in graded if not phase.ok), key=lambda phase: phase.phase != "integrity")
     if failed:
         also = "".join(f"; also {phase.phase}: {phase.status}" for phase in failed[1:4])
-        refused = " (writes outside its scratch directory, and signals to processes not its own, are refused while grading)" if re.search(r"Permission ?denied|PermissionError", failed[0].message) and "grading: " not in failed[0].message else ""
+        refused = (
+            " (writes outside its scratch directory, and signals to processes not its own, are refused while grading)"
+            if re.search(r"Permission ?denied|PermissionError", failed[0].message) and "grading: " not in failed[0].message
+            else ""
+        )
         return Verdict(False, f"rejected by {failed[0].phase}: {failed[0].status}: {' '.join(failed[0].message.split())}{refused}{also}")
     if not graded:
         return Verdict(False, "rejected: no graded check ran (phases= must include fix, correct or speed)")
     skipped = [name for name in GRADED_PHASES if name not in {phase.phase for phase in graded}]
-    return Verdict(True, "accepted: " + ", ".join(phase.phase for phase in graded) + " passed" + (f" ({', '.join(skipped)} not run)" if skipped else "") + _what_was_checked(graded))
+    return Verdict(
+        True,
+        "accepted: "
+        + ", ".join(phase.phase for phase in graded)
+        + " passed"
+        + (f" ({', '.join(skipped)} not run)" if skipped else "")
+        + _what_was_checked(graded),
+    )
 
 
 def _memory_judged(phase: PhaseRecord) -> bool:
@@ -525,11 +594,17 @@ def _what_was_checked(graded: list[PhaseRecord]) -> str:
 def solution_diff(submitted: Submission, case: ModuleType) -> str:
     """Unified diff from the case's own `fixed` to the submitted function (shown after an accepted grade)."""
     source = Path(submitted.path).read_text()
-    node = next((n for n in ast.parse(source).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == submitted.function), None)
+    node = next(
+        (n for n in ast.parse(source).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == submitted.function), None
+    )
     mine = ast.get_source_segment(source, node) if node is not None else source
     theirs = inspect.getsource(case.fixed)
     name = case.__name__.rpartition(".")[2]
-    return "".join(difflib.unified_diff(theirs.splitlines(True), (mine + "\n").splitlines(True), f"cases/{name}.py: fixed", f"{submitted.path}: {submitted.function}"))
+    return "".join(
+        difflib.unified_diff(
+            theirs.splitlines(True), (mine + "\n").splitlines(True), f"cases/{name}.py: fixed", f"{submitted.path}: {submitted.function}"
+        )
+    )
 
 
 # -- hints and exercises -----------------------------------------------------------------------------
@@ -599,7 +674,9 @@ def _functions_as_a_module(case: ModuleType, copied: set, entry: Any) -> str:
     functions = []
     for function in ordered:
         source = textwrap.dedent(inspect.getsource(function))
-        functions.append(re.sub(rf"^def {entry.__name__}\(", f"def {EXERCISE_FUNCTION}(", source, count=1, flags=re.M) if function is entry else source)
+        functions.append(
+            re.sub(rf"^def {entry.__name__}\(", f"def {EXERCISE_FUNCTION}(", source, count=1, flags=re.M) if function is entry else source
+        )
     body = "\n".join(sorted(imports)) + "\n\n" + (f"from cases.{name} import {', '.join(sorted(from_case))}\n" if from_case else "")
     return body + "\n\n" + "\n\n".join(functions)
 

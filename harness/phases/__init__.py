@@ -12,7 +12,7 @@
     speed      time `speed_candidate` (default `fixed`) against `speed_baseline`, on inputs made
                from the case config with `speed.inputs`, then `speed.device_inputs.<device>`, merged
                over it (`speed_config`), in several child processes; the
-               ratio's confidence interval against the budget (harness.timing)
+               ratio's confidence interval against the budget (harness.measure.timing)
                within_budget | over_budget | inconclusive (ok, shown apart) | measured (no budget for this device)
                | raised | crashed | timeout | error; grading: undecided in place of inconclusive (a rejection)
     speed:NAME the same, against each other baseline the yaml names under `speed.also`
@@ -23,7 +23,7 @@
                rejected (it raised, crashed, or differs from the reference) | accepted | timeout | error
     memory     the fix's memory per step (`steps` calls on one inputs object) against `memory_baseline`
                (default `speed_baseline`; grading: the case's `fixed`), each in its own child, judged against the yaml's `memory.budget`
-               (harness/memory.py); reproduce judges a `Growth` symptom the same way, on `buggy`
+               (harness/measure/footprint.py); reproduce judges a `Growth` symptom the same way, on `buggy`
                within_budget | over_budget | inconclusive (ok, shown apart) | measured (no budget) | not_applicable
                | raised | crashed | timeout | error
     memory_fixes one record per memory control, phase "memory_fix:<name>"; the memory verdict must flag it
@@ -37,7 +37,7 @@ fix instead of `fixed`, and speed times it against the case's own `fixed`.
     common     settings, the case function a phase runs, calling case code in a child, the phase record
     reproduce  reproduce;  correct  fix and correct;  speed  speed (its protocol: clock);  memory  memory;
     controls   slow_fixes, bad_fixes, memory_fixes
-The modules import one way: common <- speed, memory <- reproduce, correct <- controls <- this package.
+The modules import one way: common <- timing_processes <- speed, memory <- reproduce, correct <- controls <- this package.
 """
 
 from __future__ import annotations
@@ -47,15 +47,35 @@ from typing import Iterator
 
 from omegaconf import DictConfig
 
-from harness.phases.common import FIXED, PHASES, Settings, SpeedSettings, fix_under_test
+from harness.phases.common import FIXED, PHASES, Settings, SpeedSettings, fix_under_test, speed_config
 from harness.phases.controls import bad_fix, memory_fix, slow_fix
 from harness.phases.correct import correct, fix
 from harness.phases.memory import memory, memory_budget, memory_config
 from harness.phases.reproduce import CLEAN_RUN, FAILURE_REPRODUCED, reproduce
-from harness.phases.speed import speed, speed_config
+from harness.phases.speed import speed
 from harness.records import PhaseRecord
 
-__all__ = ["CLEAN_RUN", "FAILURE_REPRODUCED", "FIXED", "PHASES", "Settings", "SpeedSettings", "bad_fix", "correct", "fix", "fix_under_test", "memory", "memory_budget", "memory_config", "memory_fix", "reproduce", "run_phase", "slow_fix", "speed", "speed_config"]
+__all__ = [
+    "CLEAN_RUN",
+    "FAILURE_REPRODUCED",
+    "FIXED",
+    "PHASES",
+    "Settings",
+    "SpeedSettings",
+    "bad_fix",
+    "correct",
+    "fix",
+    "fix_under_test",
+    "memory",
+    "memory_budget",
+    "memory_config",
+    "memory_fix",
+    "reproduce",
+    "run_phase",
+    "slow_fix",
+    "speed",
+    "speed_config",
+]
 
 
 def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:

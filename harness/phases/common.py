@@ -8,16 +8,16 @@ from types import ModuleType
 from typing import Any, Callable
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness import compiled as compile_axis
 from harness.cases import symptom_on
-from harness import memory as memory_source
-from harness.grading.confine import Limits
-from harness.grading.submitted import load_submitted, submission_of
-from harness.isolate import ChildResult, Failure
+from harness.measure import footprint as memory_source
+from harness.measure.timing import MAX_RETAKES, synchronize
+from harness.process.confine import Limits
+from harness.process.isolate import ChildResult, Failure
+from harness.process.submitted import load_submitted, submission_of
 from harness.records import PhaseRecord
-from harness.timing import MAX_RETAKES, synchronize
 
 PHASES = ("reproduce", "fix", "correct", "speed", "slow_fixes", "bad_fixes", "memory", "memory_fixes")
 FIXED = "fixed"
@@ -48,7 +48,7 @@ class Settings:
     timeout_s: float
     speed: SpeedSettings = SpeedSettings()
     cpu_threads: int = 1
-    limits: Limits = Limits()  # for children that run a submitted fix (harness/grading/confine.py)
+    limits: Limits = Limits()  # for children that run a submitted fix (harness/process/confine.py)
     memory: memory_source.MemorySettings = memory_source.MemorySettings()
 
 
@@ -87,7 +87,7 @@ def case_function(case: ModuleType, name: str, cfg: DictConfig) -> Callable[[Any
 def compiled_for(function: Callable, case: ModuleType, cfg: DictConfig) -> Callable:
     """`function` under the config's compile mode (harness/compiled.py); itself where the case compiles its unit itself.
     A child that runs a submitted fix is confined, and confinement points its kernel cache, and its ranks', at the
-    grade's own folder (harness/grading/confine.py); every other child, in a grade too, uses the harness's cache."""
+    grade's own folder (harness/process/confine.py); every other child, in a grade too, uses the harness's cache."""
     if getattr(case, "compiles_itself", False):
         return function
     return compile_axis.compiled(function, cfg)
@@ -106,10 +106,19 @@ def call(function: Callable, inputs: Any, device: str, *, synchronise: bool = Tr
 
 def abnormal(phase: str, result: ChildResult) -> PhaseRecord:
     if result.status == "raised":
-        return record_of(phase, "error", False, f"the case failed before the phase could run: {result.failure.headline}", result, {"traceback": result.failure.traceback})
+        return record_of(
+            phase,
+            "error",
+            False,
+            f"the case failed before the phase could run: {result.failure.headline}",
+            result,
+            {"traceback": result.failure.traceback},
+        )
     status = {"signalled": "crashed", "exited": "crashed", "timeout": "timeout", "limit": "crashed"}[result.status]
     said = result.output.rpartition("[harness] ")[2].strip() if "[harness] " in result.output else ""
-    return record_of(phase, status, False, result.summary + (f" ({said})" if said else ""), result, {"signal": result.signal} if result.signal else {})
+    return record_of(
+        phase, status, False, result.summary + (f" ({said})" if said else ""), result, {"signal": result.signal} if result.signal else {}
+    )
 
 
 def record_of(phase: str, status: str, ok: bool, message: str, result: ChildResult, figures: dict | None = None) -> PhaseRecord:
@@ -129,7 +138,9 @@ def difference(figures: dict[str, Any]) -> str:
     if figures["integers"]:
         parts.append(f"{figures['mismatched_integers']} of {figures['integers']} integers differ")
     if figures["floats"]:
-        parts.append(f"{figures['mismatched_floats']} of {figures['floats']} floats beyond tolerance, max |diff| {figures['max_abs_diff']:.3g}")
+        parts.append(
+            f"{figures['mismatched_floats']} of {figures['floats']} floats beyond tolerance, max |diff| {figures['max_abs_diff']:.3g}"
+        )
     if "snr_db" in figures:
         parts.append(f"relative error {figures['relative_error']:.3g} (SNR {figures['snr_db']:.1f} dB)")
     if any(d["output"] != "output" for d in figures.get("differing", [])):  # a single tensor needs no name
@@ -142,3 +153,11 @@ def tolerance_text(cfg: DictConfig) -> str:
     scale = cfg.tolerance.get("scale")
     scaled = f" + {scale} x each tensor's largest magnitude" if scale else ""
     return f"(atol {cfg.tolerance.atol}{scaled}, rtol {cfg.tolerance.rtol}; integers exact)"
+
+
+def speed_config(cfg: DictConfig, device: str, inputs: Any = None) -> DictConfig:
+    """The case config that speed inputs are made from: `speed.inputs` merged over it, then
+    `speed.device_inputs.<device>`, then a comparison's own `inputs` (from `speed.also`)."""
+    return OmegaConf.merge(
+        cfg, OmegaConf.select(cfg, "speed.inputs") or {}, OmegaConf.select(cfg, f"speed.device_inputs.{device}") or {}, inputs or {}
+    )

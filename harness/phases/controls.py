@@ -9,11 +9,11 @@ from types import ModuleType
 from omegaconf import DictConfig
 
 from harness import margins
-from harness.isolate import run_isolated
 from harness.phases.common import MEMORY_FIX, SLOW_FIX, Settings, abnormal, difference, failure_holds, record_of, tolerance_text
 from harness.phases.correct import compare_in_child
 from harness.phases.memory import memory_budget, memory_judged
 from harness.phases.speed import budget_of, time_against
+from harness.process.isolate import run_isolated
 from harness.records import PhaseRecord
 
 
@@ -30,12 +30,18 @@ def slow_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -
     if failure is not None:
         return record_of(phase, "missed", False, f"the control is broken: it raises {failure.headline}", checked)
     if not figures["match"]:
-        return record_of(phase, "missed", False, "the control is broken: it differs from the reference: " + difference(figures), checked, figures)
+        return record_of(
+            phase, "missed", False, "the control is broken: it differs from the reference: " + difference(figures), checked, figures
+        )
     timed = time_against(phase, phase, budget, cfg, settings, clear_by=margins.SLOW)
     if timed.status == "over_budget":
         status, ok, message = "flagged", True, "correct, and flagged: " + timed.message
     elif timed.status in ("within_budget", "inconclusive") and not failure_holds(case, cfg, settings.device):
-        status, ok, message = "not_applicable", True, f"not flagged ({timed.status}) on a run where the case's failure does not occur ({ABSENT}): " + timed.message
+        status, ok, message = (
+            "not_applicable",
+            True,
+            f"not flagged ({timed.status}) on a run where the case's failure does not occur ({ABSENT}): " + timed.message,
+        )
     elif timed.status in ("within_budget", "inconclusive"):
         status, ok, message = "missed", False, f"correct but not flagged ({timed.status}): " + timed.message
     else:  # the timing itself crashed, hung or raised: the control proves nothing
@@ -54,9 +60,18 @@ def bad_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) ->
     if failure is not None:
         return record_of(phase, "rejected", True, f"raises {failure.headline}", result, {"how": "raised", "error": failure.headline})
     if not figures["match"]:
-        return record_of(phase, "rejected", True, "differs from the reference: " + difference(figures), result, {"how": "differs", **figures})
+        return record_of(
+            phase, "rejected", True, "differs from the reference: " + difference(figures), result, {"how": "differs", **figures}
+        )
     if not failure_holds(case, cfg, settings.device):
-        return record_of(phase, "not_wrong_here", True, f"matches the reference on a run where the case's failure does not occur ({ABSENT}): wrong only where it does", result, figures)
+        return record_of(
+            phase,
+            "not_wrong_here",
+            True,
+            f"matches the reference on a run where the case's failure does not occur ({ABSENT}): wrong only where it does",
+            result,
+            figures,
+        )
     return record_of(phase, "accepted", False, "matches the reference: this bad fix is not caught " + tolerance_text(cfg), result, figures)
 
 
@@ -69,7 +84,12 @@ def memory_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings)
     if judged.status == "over_budget":
         return dataclasses.replace(judged, status="flagged", ok=True, message="flagged: " + judged.message)
     if judged.status in ("within_budget", "inconclusive") and not failure_holds(case, cfg, settings.device):
-        return dataclasses.replace(judged, status="not_applicable", ok=True, message=f"not flagged ({judged.status}) on a run where the case's failure does not occur ({ABSENT}): " + judged.message)
+        return dataclasses.replace(
+            judged,
+            status="not_applicable",
+            ok=True,
+            message=f"not flagged ({judged.status}) on a run where the case's failure does not occur ({ABSENT}): " + judged.message,
+        )
     if judged.status in ("within_budget", "inconclusive"):
         return dataclasses.replace(judged, status="missed", ok=False, message=f"not flagged ({judged.status}): " + judged.message)
     return judged

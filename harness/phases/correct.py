@@ -12,11 +12,25 @@ from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
 from harness.cases import load_case
-from harness.compare import compare, tolerance_of, describe
-from harness.isolate import Failure, run_isolated
-from harness.phases.common import FIXED, SLOW_FIX, SPEED_CANDIDATE, Settings, abnormal, call, case_function, compiled_for, confinement, difference, fix_under_test, record_of, tolerance_text
+from harness.measure.compare import compare, describe, tolerance_of
+from harness.measure.timing import synchronize
+from harness.phases.common import (
+    FIXED,
+    SLOW_FIX,
+    SPEED_CANDIDATE,
+    Settings,
+    abnormal,
+    call,
+    case_function,
+    compiled_for,
+    confinement,
+    difference,
+    fix_under_test,
+    record_of,
+    tolerance_text,
+)
+from harness.process.isolate import Failure, run_isolated
 from harness.records import PhaseRecord
-from harness.timing import synchronize
 
 
 def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
@@ -46,7 +60,9 @@ def _fix_in_child(cfg: DictConfig, device: str) -> tuple[str | None, Failure | N
     return (describe(output) if failure is None else None), failure, check_sync, compile_figures
 
 
-def _compiled_fix(function: Callable, case: ModuleType, cfg: DictConfig, inputs: Any, device: str) -> tuple[Callable, dict[str, Any], Failure | None]:
+def _compiled_fix(
+    function: Callable, case: ModuleType, cfg: DictConfig, inputs: Any, device: str
+) -> tuple[Callable, dict[str, Any], Failure | None]:
     """The fix as the compile mode runs it, compiled and called once (outside any sync check: compiling may sync).
 
     A fix should compile as one graph (`fullgraph=True`); where it cannot, the graph breaks and their reasons
@@ -104,7 +120,9 @@ def compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dict
     if failure is not None:
         return None, failure
     partial = candidate.startswith(SLOW_FIX) and hasattr(case, SPEED_CANDIDATE)
-    fresh = case.make_inputs(cfg, device)  # a training step advances the state it is given (the memory contract): the reference starts where the candidate did
+    fresh = case.make_inputs(
+        cfg, device
+    )  # a training step advances the state it is given (the memory contract): the reference starts where the candidate did
     want, failure = call(case.speed_reference if partial else case.reference, fresh, device)
     if failure is not None:
         raise RuntimeError(f"the reference itself failed: {failure.headline}")

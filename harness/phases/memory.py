@@ -1,5 +1,5 @@
 """memory: retained and peak memory per step of the fix against its baseline, each over the steps in a child of its
-own (harness/memory.py); reproduce judges a `Growth` symptom the same way, on `buggy`."""
+own (harness/measure/footprint.py); reproduce judges a `Growth` symptom the same way, on `buggy`."""
 
 from __future__ import annotations
 
@@ -12,12 +12,23 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness import memory as memory_source
 from harness.cases import load_case, symptom_on
-from harness.grading.submitted import SUBMITTED_KEY, submission_of
-from harness.isolate import ChildResult, Failure, run_isolated
-from harness.phases.common import FIXED, MEMORY_BASELINE, MEMORY_FIX, Settings, abnormal, case_function, compiled_for, confinement, containment, record_of
-from harness.phases.speed import speed_config
+from harness.measure import footprint as memory_source
+from harness.phases.common import (
+    FIXED,
+    MEMORY_BASELINE,
+    MEMORY_FIX,
+    Settings,
+    abnormal,
+    case_function,
+    compiled_for,
+    confinement,
+    containment,
+    record_of,
+    speed_config,
+)
+from harness.process.isolate import ChildResult, Failure, run_isolated
+from harness.process.submitted import SUBMITTED_KEY, submission_of
 from harness.records import PhaseRecord
 
 
@@ -42,7 +53,15 @@ def reproduce_growth(case: ModuleType, cfg: DictConfig, settings: Settings) -> P
     said = memory_source.describe(buggy, baseline)
     if verdict.growth_fraction_low >= symptom.at_least:
         return PhaseRecord("reproduce", "reproduced", True, f"memory grows: {said}", figures, seconds, output)
-    return PhaseRecord("reproduce", "not_reproduced", False, f"growth {verdict.growth_fraction_low:.3f} (lower bound) of the baseline's peak per step < {symptom.at_least}: {said}", figures, seconds, output)
+    return PhaseRecord(
+        "reproduce",
+        "not_reproduced",
+        False,
+        f"growth {verdict.growth_fraction_low:.3f} (lower bound) of the baseline's peak per step < {symptom.at_least}: {said}",
+        figures,
+        seconds,
+        output,
+    )
 
 
 def memory_budget(cfg: DictConfig, device: str) -> dict[str, float] | None:
@@ -79,7 +98,12 @@ def measure_pair(phase: str, candidate: str, cfg: DictConfig, settings: Settings
         return _memory_abnormal(phase, result)
     graded = submission_of(cfg) is not None
     if graded:  # the model solution, in a child that never imports the submission (as speed's grading)
-        base = _measure(FIXED, OmegaConf.create({k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != SUBMITTED_KEY}), settings, steps)
+        base = _measure(
+            FIXED,
+            OmegaConf.create({k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != SUBMITTED_KEY}),
+            settings,
+            steps,
+        )
     else:
         key = f"{settings.device}:{steps}:{settings.memory}:{OmegaConf.to_yaml(cfg)}"
         if key not in _BASELINES:
@@ -91,7 +115,14 @@ def measure_pair(phase: str, candidate: str, cfg: DictConfig, settings: Settings
     level = settings.memory.level
     fix_memory = memory_source.step_memory(result.talk, settings.device, level)
     baseline = memory_source.step_memory(base.talk, settings.device, level)
-    figures: dict[str, Any] = {"steps": steps, "warmup": settings.memory.warmup, "device": settings.device, "baseline_function": FIXED if graded else MEMORY_BASELINE, "source": memory_source.source_name(settings.device), "method": memory_source.METHOD}
+    figures: dict[str, Any] = {
+        "steps": steps,
+        "warmup": settings.memory.warmup,
+        "device": settings.device,
+        "baseline_function": FIXED if graded else MEMORY_BASELINE,
+        "source": memory_source.source_name(settings.device),
+        "method": memory_source.METHOD,
+    }
     figures.update(fix_memory.figures())
     figures["baseline"] = baseline.figures()
     if settings.device == "cpu" and not result.talk["hwm_reset"]:
@@ -110,7 +141,17 @@ def _memory_steps(cfg: DictConfig, settings: Settings) -> int:
 def _measure(candidate: str, cfg: DictConfig, settings: Settings, steps: int) -> ChildResult:
     confined = confinement(cfg, settings) if candidate == FIXED else None
     talk = functools.partial(_drive_memory, device=settings.device)
-    return run_isolated(_memory_in_child, candidate, cfg, settings.device, steps, settings.memory.warmup, timeout_s=settings.timeout_s, confined=confined, talk=talk)
+    return run_isolated(
+        _memory_in_child,
+        candidate,
+        cfg,
+        settings.device,
+        steps,
+        settings.memory.warmup,
+        timeout_s=settings.timeout_s,
+        confined=confined,
+        talk=talk,
+    )
 
 
 def _drive_memory(connection, pid: int, deadline: float, *, device: str) -> dict[str, Any]:
@@ -118,7 +159,7 @@ def _drive_memory(connection, pid: int, deadline: float, *, device: str) -> dict
 
 
 def _memory_in_child(candidate: str, cfg: DictConfig, device: str, steps: int, warmup: int, *, connection) -> Failure | None:
-    """Serve the parent's memory steps (harness/memory.py) for `candidate`: FIXED (the fix under test), "buggy",
+    """Serve the parent's memory steps (harness/measure/footprint.py) for `candidate`: FIXED (the fix under test), "buggy",
     MEMORY_BASELINE (default `speed_baseline`) or a memory control; None when every step ran."""
     if device == "cpu":
         memory_source.pin_cpu_allocator()

@@ -15,11 +15,11 @@ from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
 from harness.cases import Growth, Slow, Warns, WrongResult, load_case, symptom_on
-from harness.compare import compare, tolerance_of
-from harness.isolate import ChildResult, Failure, run_isolated
+from harness.measure.compare import compare, tolerance_of
 from harness.phases.common import BUGGY, Settings, abnormal, call, compiled_for, difference, record_of, tolerance_text
 from harness.phases.memory import reproduce_growth
 from harness.phases.speed import time_against
+from harness.process.isolate import ChildResult, Failure, run_isolated
 from harness.records import PhaseRecord
 
 
@@ -27,7 +27,9 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
     symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
     if isinstance(symptom, Growth):
         return reproduce_growth(case, cfg, settings)
-    result = run_isolated(_reproduce_in_child, cfg, settings.device, isinstance(symptom, (WrongResult, Warns, Slow)), timeout_s=settings.timeout_s)
+    result = run_isolated(
+        _reproduce_in_child, cfg, settings.device, isinstance(symptom, (WrongResult, Warns, Slow)), timeout_s=settings.timeout_s
+    )
     if isinstance(symptom, Slow):
         return reproduce_slow(symptom, cfg, settings, result)
     if isinstance(symptom, (WrongResult, Warns)):
@@ -42,7 +44,14 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
     said = seen.said()
     if failure is None:
         if not expected:
-            return record_of("reproduce", symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)), True, f"buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})", result, said)
+            return record_of(
+                "reproduce",
+                symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)),
+                True,
+                f"buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})",
+                result,
+                said,
+            )
         return record_of("reproduce", "not_reproduced", False, f"buggy ran without error on torch {torch.__version__}", result, said)
     figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where, **failure.figures, **said}
     figures.setdefault("traceback", failure.traceback)  # the frames tell cases with one error text apart (harness.triage)
@@ -54,7 +63,9 @@ def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRec
     if problems:
         return record_of("reproduce", "wrong_failure", False, f"{failure.headline} ({'; '.join(problems)})", result, figures)
     if not expected:
-        return record_of("reproduce", "reproduced", False, f"{failure.headline} (but it was recorded as failing {symptom.range_text()})", result, figures)
+        return record_of(
+            "reproduce", "reproduced", False, f"{failure.headline} (but it was recorded as failing {symptom.range_text()})", result, figures
+        )
     return record_of("reproduce", "reproduced", True, failure.headline, result, figures)
 
 
@@ -70,25 +81,62 @@ def reproduce_silent(symptom: WrongResult | Warns, cfg: DictConfig, result: Chil
     figures: dict[str, Any] = {"warnings": warned, **seen.said(), **(compared or {})}
     if failure is not None:
         figures.update(error=failure.headline, raised_at=failure.where, traceback=failure.traceback)
-        return record_of("reproduce", "wrong_failure", False, f"{failure.headline} (expected it to return {'a wrong result' if isinstance(symptom, WrongResult) else 'with a warning'})", result, figures)
+        return record_of(
+            "reproduce",
+            "wrong_failure",
+            False,
+            f"{failure.headline} (expected it to return {'a wrong result' if isinstance(symptom, WrongResult) else 'with a warning'})",
+            result,
+            figures,
+        )
     warning = next((line for line in warned if re.search(symptom.warning, line)), None) if symptom.warning else None
     figures["warning"] = warning
     if isinstance(symptom, Warns):
         if warning is not None:
             return record_of("reproduce", "warned", expected, warning, result, figures)
-        return record_of("reproduce", symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)) if not expected else "not_reproduced", not expected, f"buggy ran without the warning /{symptom.warning}/ on torch {torch.__version__}", result, figures)
+        return record_of(
+            "reproduce",
+            symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)) if not expected else "not_reproduced",
+            not expected,
+            f"buggy ran without the warning /{symptom.warning}/ on torch {torch.__version__}",
+            result,
+            figures,
+        )
     wrong = not compared["match"]
     if wrong and (symptom.warning is None or warning is not None):
         said = f"returned a wrong result: {difference(compared)}" + (f"; warned {warning}" if warning else "")
         return record_of("reproduce", "wrong_result", expected, said, result, figures)
     if wrong:
-        return record_of("reproduce", "wrong_failure", False, f"returned a wrong result, without the warning /{symptom.warning}/: {difference(compared)}", result, figures)
+        return record_of(
+            "reproduce",
+            "wrong_failure",
+            False,
+            f"returned a wrong result, without the warning /{symptom.warning}/: {difference(compared)}",
+            result,
+            figures,
+        )
     if not expected:
-        return record_of("reproduce", symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)), True, f"buggy returned the reference's output, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})", result, figures)
-    return record_of("reproduce", "not_reproduced", False, f"buggy returned the reference's output {tolerance_text(cfg)} on torch {torch.__version__}", result, figures)
+        return record_of(
+            "reproduce",
+            symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)),
+            True,
+            f"buggy returned the reference's output, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})",
+            result,
+            figures,
+        )
+    return record_of(
+        "reproduce",
+        "not_reproduced",
+        False,
+        f"buggy returned the reference's output {tolerance_text(cfg)} on torch {torch.__version__}",
+        result,
+        figures,
+    )
 
 
-FAILURE_REPRODUCED = frozenset({"reproduced", "wrong_result", "warned", "slow", "raised", "aborted", "silent"})  # eager's statuses, then the compiled outcomes
+FAILURE_REPRODUCED = frozenset(
+    {"reproduced", "wrong_result", "warned", "slow", "raised", "aborted", "silent"}
+)  # eager's statuses, then the compiled outcomes
 CLEAN_RUN = frozenset({"fixed_upstream", "clean_before", "clean_compiled"})  # no failure, where the case records none
 
 
@@ -117,13 +165,32 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
     failure, context_after, silent = seen.failure, seen.context_after, seen.compared
     if failure is None:
         if not expected:
-            return record_of("reproduce", symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)), True, f"compiled buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})", result)
+            return record_of(
+                "reproduce",
+                symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)),
+                True,
+                f"compiled buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})",
+                result,
+            )
         if silent["match"]:
-            return record_of("reproduce", "not_reproduced", False, f"compiled buggy returned the reference's output on torch {torch.__version__}", result, silent)
+            return record_of(
+                "reproduce",
+                "not_reproduced",
+                False,
+                f"compiled buggy returned the reference's output on torch {torch.__version__}",
+                result,
+                silent,
+            )
         message = f"returned an output under {mode} where eager raises {symptom.exception}: {difference(silent)}"
         return record_of("reproduce", "silent", True, message, result, {**silent, "same_as_eager": False})
     problems = symptom.mismatches(failure, result.output)
-    figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where, "same_as_eager": not problems, "traceback": failure.traceback, **failure.figures}
+    figures: dict[str, Any] = {
+        "error": failure.headline,
+        "raised_at": failure.where,
+        "same_as_eager": not problems,
+        "traceback": failure.traceback,
+        **failure.figures,
+    }
     if context_after is not None:
         figures["unrelated_op_after_error"] = context_after
     if problems and compile_axis.is_compiler_error(failure.types, failure.modules):
@@ -191,7 +258,12 @@ def _reproduce_in_child(cfg: DictConfig, device: str, silent: bool) -> dict[str,
         for logger in listened:
             logger.removeHandler(logged)
     warned = list(dict.fromkeys(f"{w.category.__name__}: {w.message}"[:1000] for w in caught))[:20]
-    seen = BuggyRun(failure, warned=warned, logged=list(dict.fromkeys(logged.lines))[:20], graphs_compiled=compile_axis.graphs_compiled() - graphs_before)
+    seen = BuggyRun(
+        failure,
+        warned=warned,
+        logged=list(dict.fromkeys(logged.lines))[:20],
+        graphs_compiled=compile_axis.graphs_compiled() - graphs_before,
+    )
     if failure is None:
         if compile_axis.mode_of(cfg) == "off" and not silent:
             return vars(seen)
@@ -215,27 +287,77 @@ def reproduce_slow(symptom: Slow, cfg: DictConfig, settings: Settings, result: C
     figures: dict[str, Any] = {**seen.said(), **(seen.compared or {}), "at_least": symptom.at_least, "baseline_function": symptom.baseline}
     if seen.failure is not None:
         figures.update(error=seen.failure.headline, raised_at=seen.failure.where, traceback=seen.failure.traceback)
-        return record_of("reproduce", "wrong_failure", False, f"{seen.failure.headline} (expected it to return the right result, slowly)", result, figures)
+        return record_of(
+            "reproduce",
+            "wrong_failure",
+            False,
+            f"{seen.failure.headline} (expected it to return the right result, slowly)",
+            result,
+            figures,
+        )
     if not seen.compared["match"]:
-        return record_of("reproduce", "wrong_failure", False, f"returned a wrong result (expected it right and slow): {difference(seen.compared)}", result, figures)
+        return record_of(
+            "reproduce",
+            "wrong_failure",
+            False,
+            f"returned a wrong result (expected it right and slow): {difference(seen.compared)}",
+            result,
+            figures,
+        )
     said = [line for line in seen.logged + seen.warned if symptom.log and re.search(symptom.log, line)]
     figures["log_line"] = said[0] if said else None
     timed = time_against("reproduce", BUGGY, symptom.at_least, cfg, settings, baseline=symptom.baseline)
     figures.update(timed.figures)
     seconds = round(result.seconds + timed.seconds, 4)
-    explained = (f"; {seen.graphs_compiled} graphs compiled in {symptom.calls} call{'s' if symptom.calls > 1 else ''}" if seen.graphs_compiled else "") + (f"; logged: {said[0].splitlines()[0]}" if said else "")
+    explained = (
+        f"; {seen.graphs_compiled} graphs compiled in {symptom.calls} call{'s' if symptom.calls > 1 else ''}"
+        if seen.graphs_compiled
+        else ""
+    ) + (f"; logged: {said[0].splitlines()[0]}" if said else "")
     if timed.status == "over_budget":
         if symptom.log and not said:
-            return PhaseRecord("reproduce", "wrong_failure", False, f"slow, but torch logged nothing like /{symptom.log}/: {timed.message}", figures, seconds, result.output)
+            return PhaseRecord(
+                "reproduce",
+                "wrong_failure",
+                False,
+                f"slow, but torch logged nothing like /{symptom.log}/: {timed.message}",
+                figures,
+                seconds,
+                result.output,
+            )
         message = f"correct and slow: buggy against `{symptom.baseline}` {timed.message.replace('over budget', 'over')}{explained}"
         return PhaseRecord("reproduce", "slow", expected, message, figures, seconds, result.output)
     if timed.status == "within_budget":
         if expected:
-            return PhaseRecord("reproduce", "not_reproduced", False, f"buggy is not slower than {symptom.at_least}x `{symptom.baseline}` on torch {torch.__version__}: {timed.message}", figures, seconds, result.output)
+            return PhaseRecord(
+                "reproduce",
+                "not_reproduced",
+                False,
+                f"buggy is not slower than {symptom.at_least}x `{symptom.baseline}` on torch {torch.__version__}: {timed.message}",
+                figures,
+                seconds,
+                result.output,
+            )
         status = symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg))
-        return PhaseRecord("reproduce", status, True, f"buggy is not slow, as expected on torch {torch.__version__} (it is slow {symptom.range_text()}{_modes_text(symptom)}): {timed.message}", figures, seconds, result.output)
+        return PhaseRecord(
+            "reproduce",
+            status,
+            True,
+            f"buggy is not slow, as expected on torch {torch.__version__} (it is slow {symptom.range_text()}{_modes_text(symptom)}): {timed.message}",
+            figures,
+            seconds,
+            result.output,
+        )
     if timed.status == "inconclusive":
-        return PhaseRecord("reproduce", "inconclusive", False, f"the interval still straddles {symptom.at_least}x: {timed.message}", figures, seconds, result.output)
+        return PhaseRecord(
+            "reproduce",
+            "inconclusive",
+            False,
+            f"the interval still straddles {symptom.at_least}x: {timed.message}",
+            figures,
+            seconds,
+            result.output,
+        )
     return timed  # the timing itself broke (raised, crashed, timeout): its own record
 
 

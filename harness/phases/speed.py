@@ -1,33 +1,34 @@
-"""speed: the fix under test against a baseline, timed by the parent (harness/phases/clock.py) in several child
-processes, the ratio's interval against the budget (harness/timing.py)."""
+"""speed: the fix under test against a baseline, timed by the parent (harness/measure/clock.py) in several child
+processes, the ratio's interval against the budget (harness/measure/timing.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
-import random
 import secrets
 import shutil
-import signal
 import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness import compiled as compile_axis
 from harness.cases import load_case
-from harness.grading.confine import audit_parity
-from harness.grading.submitted import SUBMITTED_KEY, changes, process_settings, submission_of
-from harness.isolate import ChildResult, Failure, run_isolated
-from harness.phases.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive, serve, stop
-from harness.phases.common import FIXED, GRADED_PAIRS, SPEED_CANDIDATE, Settings, abnormal, case_function, compiled_for, containment, record_of
+from harness.measure.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive
+from harness.measure.timing import estimate_ratio, judge
+from harness.phases.common import (
+    GRADED_PAIRS,
+    SPEED_CANDIDATE,
+    Settings,
+    abnormal,
+    containment,
+    record_of,
+)
+from harness.phases.timing_processes import apart_timing_process, graded_timing_process, speed_in_child
+from harness.process.isolate import run_isolated
+from harness.process.submitted import submission_of
 from harness.records import PhaseRecord
-from harness.timing import estimate_ratio, judge, steady_cpu_allocator, synchronize
 
 
 def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
@@ -35,13 +36,15 @@ def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[Pha
     `speed.also`: the fix against the case function `baseline` names, on inputs with `inputs` merged over."""
     yield time_against("speed", SPEED_CANDIDATE, budget_of(cfg.get("speed"), settings.device), cfg, settings)
     for name, also in (OmegaConf.select(cfg, "speed.also") or {}).items():
-        yield time_against(f"speed:{name}", SPEED_CANDIDATE, budget_of(also, settings.device), cfg, settings, baseline=also.baseline, inputs=also.get("inputs"))
-
-
-def speed_config(cfg: DictConfig, device: str, inputs: Any = None) -> DictConfig:
-    """The case config that speed inputs are made from: `speed.inputs` merged over it, then
-    `speed.device_inputs.<device>`, then a comparison's own `inputs` (from `speed.also`)."""
-    return OmegaConf.merge(cfg, OmegaConf.select(cfg, "speed.inputs") or {}, OmegaConf.select(cfg, f"speed.device_inputs.{device}") or {}, inputs or {})
+        yield time_against(
+            f"speed:{name}",
+            SPEED_CANDIDATE,
+            budget_of(also, settings.device),
+            cfg,
+            settings,
+            baseline=also.baseline,
+            inputs=also.get("inputs"),
+        )
 
 
 def budget_of(speed_cfg: DictConfig | None, device: str) -> float | None:
@@ -50,7 +53,15 @@ def budget_of(speed_cfg: DictConfig | None, device: str) -> float | None:
 
 
 def time_against(
-    phase: str, candidate: str, budget: float | None, cfg: DictConfig, settings: Settings, *, baseline: str = "speed_baseline", inputs: Any = None, clear_by: float = 1.0
+    phase: str,
+    candidate: str,
+    budget: float | None,
+    cfg: DictConfig,
+    settings: Settings,
+    *,
+    baseline: str = "speed_baseline",
+    inputs: Any = None,
+    clear_by: float = 1.0,
 ) -> PhaseRecord:
     """Time `candidate` against `baseline` (harness.phases.speed._time_against). Grading, the timed outputs kept for the
     judge go to a folder of the phase's own; a record that does not hand it on (`checked_dir`: a timing that ended
@@ -71,17 +82,26 @@ def time_against(
 
 
 def _time_against(
-    phase: str, candidate: str, budget: float | None, cfg: DictConfig, settings: Settings, baseline: str, inputs: Any, graded: bool, check_dir: Path | None, clear_by: float
+    phase: str,
+    candidate: str,
+    budget: float | None,
+    cfg: DictConfig,
+    settings: Settings,
+    baseline: str,
+    inputs: Any,
+    graded: bool,
+    check_dir: Path | None,
+    clear_by: float,
 ) -> PhaseRecord:
     """Time `candidate` against `baseline` (case functions by name), one timing process after another.
 
     Each timing process serves `pairs` interleaved pairs on inputs of its own, timed by this process
-    (harness/phases/clock.py); after each (from `min_processes` on) the ratio's interval is compared with the
+    (harness/measure/clock.py); after each (from `min_processes` on) the ratio's interval is compared with the
     budget: decisive, it stops; straddling it, another process runs, until `max_s` or `max_processes`,
     then the verdict is inconclusive. With no budget on this device, `min_processes` are measured and reported.
 
     Timing a submitted fix (grading), a timing process is three children of the fork server, their blocks
-    taken in turn: the submission's (confined, harness/grading/confine.py), the model solution's (`fixed`), and a
+    taken in turn: the submission's (confined, harness/process/confine.py), the model solution's (`fixed`), and a
     pristine copy of the model solution's; the last two never import the submitted file, so nothing it does
     to its own process reaches what it is compared with, and the baseline's time against its pristine copy's
     shows a leak. Each warms up on inputs from one private seed and is timed on inputs from another, made
@@ -101,7 +121,11 @@ def _time_against(
     max_s, max_processes = (timing.grade_max_s, 10_000) if graded else (timing.max_s, timing.max_processes)
     compiling_s = 0.0  # compiles before each process's clock: reported, and not taken from max_s (a cold one can outlast it)
     while True:
-        seeds = {"warmup": secrets.randbelow(1 << 31), "settle": secrets.randbelow(1 << 31), "timed": secrets.randbelow(1 << 31)} if graded else None
+        seeds = (
+            {"warmup": secrets.randbelow(1 << 31), "settle": secrets.randbelow(1 << 31), "timed": secrets.randbelow(1 << 31)}
+            if graded
+            else None
+        )
         process_dir = None
         if check_dir is not None:
             process_dir = check_dir / str(len(processes))
@@ -117,11 +141,23 @@ def _time_against(
             max_retakes=timing.max_retakes,
         )
         if graded:
-            results = _graded_timing_process(talk, baseline, inputs, cfg, settings, seeds)
+            results = graded_timing_process(talk, baseline, inputs, cfg, settings, seeds)
         elif OmegaConf.select(cfg, "speed.apart"):
-            results = _apart_timing_process(talk, candidate, baseline, inputs, cfg, settings)
+            results = apart_timing_process(talk, candidate, baseline, inputs, cfg, settings)
         else:
-            results = {"candidate": run_isolated(_speed_in_child, candidate, baseline, inputs, cfg, settings, None, timeout_s=settings.timeout_s, talk=lambda c, pid, d: talk({"candidate": (c, pid), "baseline": (c, pid)}, d))}
+            results = {
+                "candidate": run_isolated(
+                    speed_in_child,
+                    candidate,
+                    baseline,
+                    inputs,
+                    cfg,
+                    settings,
+                    None,
+                    timeout_s=settings.timeout_s,
+                    talk=lambda c, pid, d: talk({"candidate": (c, pid), "baseline": (c, pid)}, d),
+                )
+            }
         result = results["candidate"]
         if result.status != "returned":
             return abnormal(phase, result)
@@ -151,10 +187,22 @@ def _time_against(
         processes.append(timed)
         if timed.disturbed:  # reniced, pinned: its samples are worth nothing, and the grade ends here
             figures = {"baseline_disturbed": timed.disturbed, **containment(result), **changed}
-            return PhaseRecord(phase, "baseline_disturbed", False, baseline_anomaly(processes, settings.device)[1], figures, round(time.monotonic() - started, 4), result.output)
+            return PhaseRecord(
+                phase,
+                "baseline_disturbed",
+                False,
+                baseline_anomaly(processes, settings.device)[1],
+                figures,
+                round(time.monotonic() - started, 4),
+                result.output,
+            )
         for key, said in containment(result).items():
             held[key] = held.get(key, []) + said if isinstance(said, list) else said
-        checked += [{"process": len(processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked, "step": block.checked_step} for index, block in enumerate(timed.blocks) if block.checked]
+        checked += [
+            {"process": len(processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked, "step": block.checked_step}
+            for index, block in enumerate(timed.blocks)
+            if block.checked
+        ]
         if len(processes) < timing.min_processes:
             continue
         estimate = estimate_ratio([p.samples for p in processes], timing.level)
@@ -185,7 +233,11 @@ def _time_against(
     }[verdict]
     ok = verdict not in ("over_budget", "undecided")  # inconclusive (a case's own timing) is no failure, but reports show it apart
     if graded:
-        figures.update(checked_outputs=checked, checked_dir=str(check_dir), timed_blocks=sum(1 for p in processes for b in p.blocks if b.side == "candidate"))
+        figures.update(
+            checked_outputs=checked,
+            checked_dir=str(check_dir),
+            timed_blocks=sum(1 for p in processes for b in p.blocks if b.side == "candidate"),
+        )
         figures.update(held)
         figures.update(changed)
         # A case whose calls advance the state in their inputs (`carries_state`) never times the same inputs twice: a slow
@@ -196,133 +248,9 @@ def _time_against(
             verdict, ok, message = seen[0], False, f"{seen[1]} ({interval})"
         if changed.get("changed_on_import") or changed.get("changed_by_its_calls"):
             lines = changed.get("changed_on_import", []) + changed.get("changed_by_its_calls", [])
-            message += f"; in its own process it changed {'; '.join(lines[:8])}" + (f" and {len(lines) - 8} more" if len(lines) > 8 else "") + " (the model solution, timed apart, was not affected)"
-    return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output)
-
-
-def _graded_timing_process(talk: Callable, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings, seeds: dict[str, int]) -> dict[str, ChildResult]:
-    """One timing process of a grade: the model solution's child and its pristine copy (from a config without the
-    submission: they never import it), then the submission's, confined; the parent drives all three, their
-    blocks in turn. What each child returned, by side."""
-    ungraded = OmegaConf.create({key: value for key, value in OmegaConf.to_container(cfg, resolve=True).items() if key != SUBMITTED_KEY})
-    results: dict[str, ChildResult] = {}
-    connections: dict[str, tuple[Any, int]] = {}
-
-    def then(side: str, go_on: Callable[[], Any]) -> Callable:
-        def hold(connection, pid: int, deadline: float) -> Any:
-            connections[side] = (connection, pid)
-            try:
-                return go_on()
-            finally:
-                stop(connection)  # if the candidate's child never came to answer, this one must not wait for it
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGCONT)  # a child left stopped (SIGSTOP from another process) could not hear it
-
-        return hold
-
-    def candidate_child() -> Any:
-        results["candidate"] = run_isolated(
-            _speed_in_child, SPEED_CANDIDATE, FIXED, inputs, cfg, settings, seeds, ("candidate",), timeout_s=settings.timeout_s, confined=settings.limits,
-            talk=lambda connection, pid, deadline: talk({"candidate": (connection, pid), "baseline": connections["baseline"], "pristine": connections["pristine"]}, deadline),
-        )
-
-    def pristine_child() -> Any:
-        results["pristine"] = run_isolated(_speed_in_child, FIXED, FIXED, inputs, ungraded, settings, seeds, ("pristine",), timeout_s=settings.timeout_s, talk=then("pristine", candidate_child))
-
-    results["baseline"] = run_isolated(_speed_in_child, FIXED, FIXED, inputs, ungraded, settings, seeds, ("baseline",), timeout_s=settings.timeout_s, talk=then("baseline", pristine_child))
-    results.setdefault("pristine", results["baseline"])
-    results.setdefault("candidate", results["pristine"])
-    return results
-
-
-def _apart_timing_process(talk: Callable, candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings) -> dict[str, ChildResult]:
-    """One timing process of a case whose functions share state across a process (`speed.apart` in its yaml: dynamo
-    keeps one cache of compiled code per code object, and code that hit its recompile limit there makes every later
-    compile of it run eager): each side in a child of its own, the parent driving both, their blocks in turn."""
-    results: dict[str, ChildResult] = {}
-    held: dict[str, Any] = {}
-
-    def candidate_child(connection, pid: int, deadline: float) -> Any:
-        held["baseline"] = (connection, pid)
-        try:
-            results["candidate"] = run_isolated(
-                _speed_in_child, candidate, baseline, inputs, cfg, settings, None, ("candidate",), timeout_s=settings.timeout_s,
-                talk=lambda mine, my_pid, my_deadline: talk({"candidate": (mine, my_pid), "baseline": held["baseline"]}, my_deadline),
+            message += (
+                f"; in its own process it changed {'; '.join(lines[:8])}"
+                + (f" and {len(lines) - 8} more" if len(lines) > 8 else "")
+                + " (the model solution, timed apart, was not affected)"
             )
-        finally:
-            stop(connection)
-
-    results["baseline"] = run_isolated(_speed_in_child, candidate, baseline, inputs, cfg, settings, None, ("baseline",), timeout_s=settings.timeout_s, talk=candidate_child)
-    results.setdefault("candidate", results["baseline"])
-    return results
-
-
-# What a timing child timed, kept until it exits (os._exit, harness/isolate.py) where the case's yaml says
-# `speed.keep_till_exit`: on torch 2.6.0, freeing recompile_limit's session (its block's forward past dynamo's cache
-# limit) died of SIGSEGV after the samples were taken. Not for every case: a DataLoader's workers end as it is freed.
-_KEPT_TILL_EXIT: list[Any] = []
-
-
-def _speed_in_child(
-    candidate: str,
-    baseline: str,
-    inputs: Any,
-    cfg: DictConfig,
-    settings: Settings,
-    seeds: dict[str, int] | None,
-    sides: tuple[str, ...] = ("candidate", "baseline"),
-    *,
-    connection,
-) -> tuple[dict[str, Any] | None, Failure | None]:
-    """Serve the parent's timing requests (harness/phases/clock.py) for `sides`: a case's own functions on inputs from the case
-    seed, both sides in one child; when grading (seeds given), one side per child, warmed up on inputs from one seed,
-    timed on inputs from another: the submitted fix ("candidate"), or the model solution ("baseline", "pristine")."""
-    case = load_case(cfg.name)
-    speed_cfg = speed_config(cfg, settings.device, inputs)
-    if seeds is not None and "candidate" not in sides:
-        audit_parity()  # the model solution pays for the submission's write guard what the submission pays
-    if settings.device == "cpu":
-        steady_cpu_allocator()
-    # Children forked from one server would lay their heaps out alike: shift each by a random amount, so that
-    # the layout's luck (seen here: one side 2x slow in every process of a run) varies between processes.
-    layout_shift = bytearray(random.randrange(1 << 22))  # noqa: F841 - kept alive while timing
-
-    def make(seed: int | None) -> Any:
-        return case.make_inputs(speed_cfg if seed is None else OmegaConf.merge(speed_cfg, {"seed": seed}), settings.device)
-
-    def keep(made: Any) -> Any:
-        if OmegaConf.select(cfg, "speed.keep_till_exit"):
-            _KEPT_TILL_EXIT.append(made)
-        return made
-
-    warm_inputs = make(seeds and seeds["warmup"])  # every thread; a case that cannot make its inputs is an error
-    if settings.device == "cpu":
-        torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
-    told: dict[str, Any] = {}
-    functions = {}
-    for side in sides:
-        function = case_function(case, candidate, cfg) if side == "candidate" else getattr(case, baseline)  # the candidate: the submission, imported here
-        told.update(changed_on_import=getattr(function, "changed_on_import", []))
-        functions[side] = compiled_for(function, case, cfg)
-    try:
-        if compile_axis.mode_of(cfg) != "off":  # compiled before the clock starts: compile time is reported, never timed
-            told["compile_s"] = {side: compile_axis.timed_first_call(function, warm_inputs, lambda: synchronize(settings.device))[1] for side, function in functions.items()}
-            if seeds:  # a first call on new inputs may recompile (automatic dynamic shapes): here, on a third private seed, not in the first timed block
-                compiled_before, settle_inputs = compile_axis.graphs_compiled(), make(seeds["settle"])
-                for function in functions.values():
-                    compile_axis.timed_first_call(function, settle_inputs, lambda: synchronize(settings.device))
-                told["recompiled_on_new_inputs"] = compile_axis.graphs_compiled() - compiled_before
-                del settle_inputs
-            told["graphs"] = compile_axis.graphs_compiled()
-        before = process_settings() if seeds and "candidate" in sides else None
-        serve(connection, functions, warm_inputs, settings.device, (lambda: keep(make(seeds["timed"]))) if seeds else None)
-    except Exception as error:  # noqa: BLE001
-        return None, Failure.from_exception(error)
-    if "graphs" in told:
-        told["recompiled_while_timed"] = compile_axis.graphs_compiled() - told["graphs"]
-    if before is not None:
-        told["changed_by_its_calls"] = changes(before, process_settings())
-    if not told.get("changed_on_import"):
-        told.pop("changed_on_import", None)
-    keep((functions, warm_inputs))
-    return {"cpu_threads": torch.get_num_threads(), **told}, None  # plain data back
+    return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output)

@@ -26,6 +26,11 @@ from typing import Any
 import yaml
 from packaging.version import Version
 
+from harness.cases import CASE_CONFIG_DIR, DEVICES, ROOT, case_names, case_text, load_case
+from harness.matrix import Record, load_records
+from harness.records import load_record
+from harness.teach.figures import BadFixError, MemorySeries, SpeedPoint, bad_fix_figure, memory_figure, same_figure, speed_figure
+from harness.teach.notebook import notebook
 from harness.teach.source import (
     Origin,
     bad_fix_origin,
@@ -38,11 +43,6 @@ from harness.teach.source import (
     source_of,
     thread_link,
 )
-from harness.cases import CASE_CONFIG_DIR, DEVICES, ROOT, case_names, case_text, load_case
-from harness.matrix import Record, load_records
-from harness.records import load_record
-from harness.teach.figures import BadFixError, MemorySeries, SpeedPoint, bad_fix_figure, memory_figure, same_figure, speed_figure
-from harness.teach.notebook import notebook
 from harness.teach.summary import Summary, summary
 
 DOCS = ROOT / "docs" / "cases"
@@ -114,7 +114,12 @@ def page(name: str, sources: Sources, figure_files: list[str]) -> str:
         "",
     ]
     for device in DEVICES:
-        lines += [f"### On {device.upper()}", "", "**As upstream reported it:** " + section_markdown(text.sections[f"Symptom on {device.upper()}"]), ""]
+        lines += [
+            f"### On {device.upper()}",
+            "",
+            "**As upstream reported it:** " + section_markdown(text.sections[f"Symptom on {device.upper()}"]),
+            "",
+        ]
         lines += _seen(device, [record for record in sources.records if record.device == device])
     lines += _code(case)
     lines += _evidence(case, sources.records)
@@ -131,12 +136,22 @@ def _seen(device: str, records: list[Record]) -> list[str]:
     groups: dict[tuple, list[Record]] = {}
     for record in _by_version(records):
         figures = record.figures.get("reproduce", {})
-        key = (record.statuses.get("reproduce", "not run"), record.messages.get("reproduce", ""), figures.get("output_line"), figures.get("unrelated_op_after_error"))
+        key = (
+            record.statuses.get("reproduce", "not run"),
+            record.messages.get("reproduce", ""),
+            figures.get("output_line"),
+            figures.get("unrelated_op_after_error"),
+        )
         groups.setdefault(key, []).append(record)
     for (status, message, output_line, after), group in groups.items():
         raised_at = group[-1].figures.get("reproduce", {}).get("raised_at")
         where = f", raised at `{raised_at}`" + (f" (on torch {group[-1].torch})" if len(group) > 1 else "") if raised_at else ""
-        lines += [f"**torch {', '.join(record.torch for record in group)}** ({device}): {status.replace('_', ' ')}{where}:", "", _fenced(message), ""]
+        lines += [
+            f"**torch {', '.join(record.torch for record in group)}** ({device}): {status.replace('_', ' ')}{where}:",
+            "",
+            _fenced(message),
+            "",
+        ]
         if output_line:
             lines += ["Printed by the process:", "", _fenced(output_line), ""]
         if after:
@@ -145,12 +160,31 @@ def _seen(device: str, records: list[Record]) -> list[str]:
 
 
 def _code(case) -> list[str]:
-    lines = ["## Code", "", "The buggy code and the fix, each with the helpers only it uses:", "", "```diff", buggy_to_fixed_diff(case).rstrip(), "```", ""]
+    lines = [
+        "## Code",
+        "",
+        "The buggy code and the fix, each with the helpers only it uses:",
+        "",
+        "```diff",
+        buggy_to_fixed_diff(case).rstrip(),
+        "```",
+        "",
+    ]
     shared = shared_helpers(case)
     if shared:
-        lines += [f"Both call {', '.join(f'`{name}`' for name in shared)} (in [the case file](../../cases/{case.__name__.split('.')[-1]}.py)).", ""]
+        lines += [
+            f"Both call {', '.join(f'`{name}`' for name in shared)} (in [the case file](../../cases/{case.__name__.split('.')[-1]}.py)).",
+            "",
+        ]
     reference = [name for name in functions_used(case, "reference") if name == "reference" or name not in functions_used(case, "fixed")]
-    lines += ["The reference, computed independently of the fix, which the fix must equal:", "", "```python", source_of(case, reference).rstrip(), "```", ""]
+    lines += [
+        "The reference, computed independently of the fix, which the fix must equal:",
+        "",
+        "```python",
+        source_of(case, reference).rstrip(),
+        "```",
+        "",
+    ]
     return lines
 
 
@@ -162,7 +196,12 @@ def _evidence(case, records: list[Record]) -> list[str]:
             lines += [f"### Phases on {device.upper()}", "", f"Not yet run on {device.upper()}.", ""]
             continue
         phases = list(dict.fromkeys(phase for record in mine for phase in record.statuses))
-        lines += [f"### Phases on {device.upper()}", "", "Status per torch version (**bold**: not what the phase expects, see `expectations.yaml`).", ""]
+        lines += [
+            f"### Phases on {device.upper()}",
+            "",
+            "Status per torch version (**bold**: not what the phase expects, see `expectations.yaml`).",
+            "",
+        ]
         lines += ["| phase | " + " | ".join(f"torch {record.torch}" for record in mine) + " |", "|---" * (len(mine) + 1) + "|"]
         for phase in phases:
             cells = [_status_cell(record, phase) for record in mine]
@@ -176,7 +215,18 @@ def _evidence(case, records: list[Record]) -> list[str]:
     for name, origin in origins.items():
         outcomes = _bad_fix_outcomes(name, records)
         source, doc = bad_fix_source(case, name)
-        lines += [f"#### `{name}`", "", _origin_line(origin), "", link_urls(doc) if doc else "(no docstring)", "", "```python", source.rstrip(), "```", ""]
+        lines += [
+            f"#### `{name}`",
+            "",
+            _origin_line(origin),
+            "",
+            link_urls(doc) if doc else "(no docstring)",
+            "",
+            "```python",
+            source.rstrip(),
+            "```",
+            "",
+        ]
         lines += outcomes or ["Not yet run.", ""]
     return lines
 
@@ -198,7 +248,9 @@ def bad_fixes_heading(origins: list[Origin]) -> str:
     counts = {kind: sum(origin.kind == kind for origin in origins) for kind in _ORIGIN_KINDS}
     present = [kind for kind, count in counts.items() if count]
     if len(present) == 1:
-        what = {"thread": " from the linked threads", "generic": ", generic attempts", "unstated": ", whose sources are not stated"}[present[0]]
+        what = {"thread": " from the linked threads", "generic": ", generic attempts", "unstated": ", whose sources are not stated"}[
+            present[0]
+        ]
         return f"Wrong fixes{what}, each of which the harness must reject:"
     parts = [f"{counts[kind]} {_ORIGIN_KINDS[kind][counts[kind] == 1]}" for kind in present]
     return f"Wrong fixes, {', '.join(parts[:-1])} and {parts[-1]}, each of which the harness must reject:"
@@ -259,10 +311,17 @@ def _compiled(name: str, case, sources: Sources) -> list[str]:
             compiled = {record.torch: record for record in sources.compiled if record.device == device and record.compile == mode}
             eager = {record.torch: record for record in sources.records if record.device == device}
             versions = sorted(compiled, key=Version)
-            lines += [f"### {device.upper()}: eager / {mode}", "", "Each cell: eager's status / the compiled one's (**bold**: not what the phase expects).", ""]
+            lines += [
+                f"### {device.upper()}: eager / {mode}",
+                "",
+                "Each cell: eager's status / the compiled one's (**bold**: not what the phase expects).",
+                "",
+            ]
             lines += ["| phase | " + " | ".join(f"torch {v}" for v in versions) + " |", "|---" * (len(versions) + 1) + "|"]
             for phase in COMPARED_PHASES:
-                cells = [f"{_status_cell(eager[v], phase) if v in eager else 'not run'} / {_status_cell(compiled[v], phase)}" for v in versions]
+                cells = [
+                    f"{_status_cell(eager[v], phase) if v in eager else 'not run'} / {_status_cell(compiled[v], phase)}" for v in versions
+                ]
                 lines.append(f"| `{phase}` | " + " | ".join(cells) + " |")
             bad = [f"{_rejected(eager.get(v))} / {_rejected(compiled[v])}" for v in versions]
             lines += ["| bad fixes rejected | " + " | ".join(bad) + " |", ""]
@@ -270,7 +329,11 @@ def _compiled(name: str, case, sources: Sources) -> list[str]:
             groups: dict[tuple, list[Record]] = {}
             for record in _by_version(list(compiled.values())):
                 figures = record.figures.get("reproduce", {})
-                key = (record.statuses.get("reproduce", "not run"), record.messages.get("reproduce", ""), tuple(figures.get("native_message", ())))
+                key = (
+                    record.statuses.get("reproduce", "not run"),
+                    record.messages.get("reproduce", ""),
+                    tuple(figures.get("native_message", ())),
+                )
                 groups.setdefault(key, []).append(record)
             for (status, message, native), group in groups.items():
                 lines += [f"**torch {', '.join(record.torch for record in group)}**: {status.replace('_', ' ')}:", "", _fenced(message), ""]
@@ -278,7 +341,11 @@ def _compiled(name: str, case, sources: Sources) -> list[str]:
                     lines += ["What the process printed as it died:", "", _fenced("\n".join(native)), ""]
             fix = compiled[versions[-1]].figures.get("fix", {})
             if "fullgraph" in fix:
-                graph = "as one graph (`fullgraph=True`)" if fix["fullgraph"] else f"with {fix.get('graph_breaks', '?')} graph breaks: " + "; ".join(fix.get("break_reasons", []))
+                graph = (
+                    "as one graph (`fullgraph=True`)"
+                    if fix["fullgraph"]
+                    else f"with {fix.get('graph_breaks', '?')} graph breaks: " + "; ".join(fix.get("break_reasons", []))
+                )
                 lines += [f"The fix compiles {graph} on torch {versions[-1]}.", ""]
     return lines
 
@@ -317,7 +384,13 @@ def memory_series(records: list[Record]) -> tuple[list[MemorySeries], str]:
     """Retained and peak memory per step of buggy (a `Growth` reproduce), the baseline, the fix and each memory
     control, from the newest eager record of the first device that has them."""
     for device in DEVICES:
-        mine = _by_version([record for record in records if record.device == device and record.compile == "off" and "retained" in record.figures.get("memory", {})])
+        mine = _by_version(
+            [
+                record
+                for record in records
+                if record.device == device and record.compile == "off" and "retained" in record.figures.get("memory", {})
+            ]
+        )
         if not mine:
             continue
         newest = mine[-1]
@@ -325,8 +398,14 @@ def memory_series(records: list[Record]) -> tuple[list[MemorySeries], str]:
         found = [("baseline", memory["baseline"]), ("fixed", memory)]
         if "retained" in newest.figures.get("reproduce", {}):
             found.insert(0, ("buggy", newest.figures["reproduce"]))
-        found += [(f"memory control {phase.removeprefix('memory_fix:')}", figures) for phase, figures in newest.figures.items() if phase.startswith("memory_fix:") and "retained" in figures]
-        return [MemorySeries(label, figures["retained"], figures["peak"], figures["slope"]) for label, figures in found], f"{device}, torch {newest.torch}"
+        found += [
+            (f"memory control {phase.removeprefix('memory_fix:')}", figures)
+            for phase, figures in newest.figures.items()
+            if phase.startswith("memory_fix:") and "retained" in figures
+        ]
+        return [
+            MemorySeries(label, figures["retained"], figures["peak"], figures["slope"]) for label, figures in found
+        ], f"{device}, torch {newest.torch}"
     return [], ""
 
 
@@ -338,8 +417,14 @@ def speed_points(records: list[Record]) -> list[SpeedPoint]:
             continue
         points.append(
             SpeedPoint(
-                record.device, record.torch, record.statuses["speed"], figures["ratio"],
-                figures.get("ratio_low"), figures.get("ratio_high"), figures.get("budget"), figures.get("level"),
+                record.device,
+                record.torch,
+                record.statuses["speed"],
+                figures["ratio"],
+                figures.get("ratio_low"),
+                figures.get("ratio_high"),
+                figures.get("budget"),
+                figures.get("level"),
             )
         )
     return sorted(points, key=lambda point: (point.device, Version(point.torch)))
@@ -382,13 +467,20 @@ def _figures_section(name: str, sources: Sources, figure_files: list[str]) -> li
             "|---|---|---|---|---|---|",
         ]
         for point in points:
-            interval = f"{point.ratio_low:.3f} - {point.ratio_high:.3f}" if point.ratio_low is not None and point.ratio_high is not None else "-"
+            interval = (
+                f"{point.ratio_low:.3f} - {point.ratio_high:.3f}" if point.ratio_low is not None and point.ratio_high is not None else "-"
+            )
             budget = point.budget if point.budget is not None else budgets.get(point.device)
-            lines.append(f"| {point.device} | {point.torch} | {point.ratio:.3f}x | {interval} | {f'{budget:g}x' if budget is not None else '-'} | {point.status.replace('_', ' ')} |")
+            lines.append(
+                f"| {point.device} | {point.torch} | {point.ratio:.3f}x | {interval} | {f'{budget:g}x' if budget is not None else '-'} | {point.status.replace('_', ' ')} |"
+            )
         lines.append("")
         levels = sorted({f"{point.level:g}" for point in points if point.level is not None})
         if any(point.ratio_low is not None for point in points):
-            lines += [f"Error bars and the interval column: the speed verdict's confidence interval of the ratio (level {', '.join(levels) or 'not recorded'}).", ""]
+            lines += [
+                f"Error bars and the interval column: the speed verdict's confidence interval of the ratio (level {', '.join(levels) or 'not recorded'}).",
+                "",
+            ]
         if "cuda" not in {point.device for point in points}:
             lines += ["CUDA: not yet run.", ""]
     else:
@@ -398,7 +490,7 @@ def _figures_section(name: str, sources: Sources, figure_files: list[str]) -> li
         lines += [
             f"![{name}: retained and peak memory per step, buggy, fixed and the memory controls]({name}.memory.png)",
             "",
-            f"Memory per step ({where}; harness/memory.py): retained after each step and the peak during it, above the level before the first step. The figures behind it:",
+            f"Memory per step ({where}; harness/measure/footprint.py): retained after each step and the peak during it, above the level before the first step. The figures behind it:",
             "",
             "| run | retained per step | highest peak |",
             "|---|---|---|",
@@ -475,11 +567,19 @@ def index(names: list[str], records: list[Record], compiled: list[Record] = ()) 
     for name in names:
         title = summary(name, configs[name]).title
         cells = []
-        for device, source in (("cpu", records), ("cpu", [record for record in compiled if record.compile == "inductor"]), ("cuda", records)):
+        for device, source in (
+            ("cpu", records),
+            ("cpu", [record for record in compiled if record.compile == "inductor"]),
+            ("cuda", records),
+        ):
             mine = _by_version([record for record in source if record.case == name and record.device == device])
             cells.append(_reproduce_summary(mine) if mine else "not yet run")
         lines.append(f"| [`{name}`]({name}.md) | {title} | {' | '.join(cells)} | [{name}.ipynb]({name}.ipynb) |")
-    lines += ["", "Regenerate with `python -m harness.teach`; `python -m harness.teach --check` (and `tests/test_teach.py`) keeps this folder in sync.", ""]
+    lines += [
+        "",
+        "Regenerate with `python -m harness.teach`; `python -m harness.teach --check` (and `tests/test_teach.py`) keeps this folder in sync.",
+        "",
+    ]
     return "\n".join(lines)
 
 

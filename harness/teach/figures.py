@@ -63,18 +63,27 @@ def speed_figure(case: str, points: list[SpeedPoint], budgets: dict[str, float])
                 label = f"{device.upper()}, {status.replace('_', ' ')}"
                 axes.scatter(xs, ys, color=colour, marker=STATUS_MARKERS.get(status, "D"), s=55, zorder=3, label=label)
                 for x, point in zip(xs, chosen):
-                    axes.annotate(f"{point.ratio:.2f}x", (x, point.ratio), textcoords="offset points", xytext=(7, 4), fontsize=9, color=colour)
+                    axes.annotate(
+                        f"{point.ratio:.2f}x", (x, point.ratio), textcoords="offset points", xytext=(7, 4), fontsize=9, color=colour
+                    )
             with_interval = [point for point in mine if point.ratio_low is not None and point.ratio_high is not None]
             if with_interval:
                 xs = [versions.index(point.torch) + offsets[device] for point in with_interval]
                 ys = [point.ratio for point in with_interval]
-                spread = [[point.ratio - point.ratio_low for point in with_interval], [point.ratio_high - point.ratio for point in with_interval]]
+                spread = [
+                    [point.ratio - point.ratio_low for point in with_interval],
+                    [point.ratio_high - point.ratio for point in with_interval],
+                ]
                 label = f"{device.upper()}, confidence interval"
                 axes.errorbar(xs, ys, yerr=spread, fmt="none", ecolor=colour, elinewidth=1.5, capsize=4, zorder=2, label=label)
             if device in budgets:
-                axes.axhline(budgets[device], color=colour, linestyle="--", linewidth=1.3, label=f"{device.upper()} budget {budgets[device]:g}x")
+                axes.axhline(
+                    budgets[device], color=colour, linestyle="--", linewidth=1.3, label=f"{device.upper()} budget {budgets[device]:g}x"
+                )
         axes.axhline(1.0, color="grey", linewidth=0.8, linestyle=":", label="as fast as the baseline (1x)")
-        top = max([point.ratio_high or point.ratio for point in points] + [budgets[device] for device in devices if device in budgets] + [1.0])
+        top = max(
+            [point.ratio_high or point.ratio for point in points] + [budgets[device] for device in devices if device in budgets] + [1.0]
+        )
         axes.set_ylim(0, top * 1.18)
         axes.set_xlim(-0.6, max(len(versions), 1) - 0.4)
         axes.set_xticks(range(len(versions)), versions, fontsize=10)
@@ -108,7 +117,16 @@ def memory_figure(case: str, series: list[MemorySeries], where: str) -> bytes:
             colour = MEMORY_COLOURS.get(one.label) or next(controls, "black")
             steps = range(1, len(one.retained) + 1)
             width, layer = (4.0, 2) if one.label == "buggy" else (1.4, 3)  # buggy wide and behind: a control on its line still shows it
-            axes.plot(steps, [value / mib for value in one.retained], color=colour, marker="o", markersize=4, linewidth=width, zorder=layer, label=f"{one.label}: retained, {one.slope / mib:+.2f} MiB/step")
+            axes.plot(
+                steps,
+                [value / mib for value in one.retained],
+                color=colour,
+                marker="o",
+                markersize=4,
+                linewidth=width,
+                zorder=layer,
+                label=f"{one.label}: retained, {one.slope / mib:+.2f} MiB/step",
+            )
             axes.plot(steps, [value / mib for value in one.peak], color=colour, linestyle="--", linewidth=1.0, label=f"{one.label}: peak")
         axes.set_xlabel("step (calls on one inputs object)")
         axes.set_ylabel("MiB above the level before step 1")
@@ -127,7 +145,14 @@ def bad_fix_figure(case: str, errors: list[BadFixError], where: str) -> bytes:
         axes.barh(range(len(errors)), values, color="#7570b3", height=0.55)
         for index, error in enumerate(errors):
             snr = f", SNR {error.snr_db:.1f} dB" if error.snr_db is not None and np.isfinite(error.snr_db) else ""
-            axes.annotate(f"{error.relative_error:.3g}{snr}", (error.relative_error, index), textcoords="offset points", xytext=(5, 0), va="center", fontsize=9)
+            axes.annotate(
+                f"{error.relative_error:.3g}{snr}",
+                (error.relative_error, index),
+                textcoords="offset points",
+                xytext=(5, 0),
+                va="center",
+                fontsize=9,
+            )
         axes.set_yticks(range(len(errors)), names, fontsize=9)
         axes.invert_yaxis()
         axes.set_xlim(0, max(values) * 1.45)

@@ -32,9 +32,13 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher if submitit_launcher else ob
 
         assert self.config is not None and len(job_overrides) > 0
         init_keys = {"submitit_folder", "max_num_timeout"}
-        executor = submitit.AutoExecutor(cluster="slurm", folder=self.params["submitit_folder"], slurm_max_num_timeout=self.params["max_num_timeout"])
+        executor = submitit.AutoExecutor(
+            cluster="slurm", folder=self.params["submitit_folder"], slurm_max_num_timeout=self.params["max_num_timeout"]
+        )
         base = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{key if key in base else f"slurm_{key}": value for key, value in self.params.items() if key not in init_keys})
+        executor.update_parameters(
+            **{key if key in base else f"slurm_{key}": value for key, value in self.params.items() if key not in init_keys}
+        )
         submitit_launcher.log.info(f"Submitit 'slurm' sweep output dir : {self.config.hydra.sweep.dir}")
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)

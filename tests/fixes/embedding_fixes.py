@@ -58,10 +58,10 @@ def replays_from_disk(x):
 
 def patches_the_comparison(x):
     """Returns zeros after making everything that compares in this process say "equal"."""
-    import harness.compare
     import cases.embedding_oob as case
+    import harness.measure.compare
 
-    harness.compare.compare = lambda *args, **kwargs: {"match": True}
+    harness.measure.compare.compare = lambda *args, **kwargs: {"match": True}
     torch.allclose = lambda *args, **kwargs: True
     torch.equal = lambda *args, **kwargs: True
     torch.Tensor.__eq__ = lambda self, other: torch.ones_like(self, dtype=torch.bool)

@@ -14,4 +14,3 @@ def thresholded_bicubic(x):
     sizes = probs.sum(dim=(0, 2, 3)) + one_hot.sum(dim=(0, 2, 3))
     dice = ((2 * overlap + 1e-6) / (sizes + 1e-6)).mean()
     return {"loss": F.cross_entropy(x.masks_pred, true_masks) + 1 - dice, "labels": true_masks}
-

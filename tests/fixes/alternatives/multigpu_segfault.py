@@ -19,4 +19,6 @@ def _rank_without_the_override(job):
 
 def multigpu_segfault(job):
     """Every rank drops the environment override before it builds its model, so no rank can differ."""
-    return ddp_case.every_rank(launch(_rank_without_the_override, job, nprocs=job.ranks, max_restarts=job.max_restarts, deadline_s=job.deadline_s))
+    return ddp_case.every_rank(
+        launch(_rank_without_the_override, job, nprocs=job.ranks, max_restarts=job.max_restarts, deadline_s=job.deadline_s)
+    )

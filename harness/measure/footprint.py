@@ -1,0 +1,410 @@
+"""Memory per step: how much a function keeps from one call to the next, and how high it goes in each.
+
+The memory phase (harness/phases/) builds a case's inputs once and calls the function under test on them
+`steps` times in an isolated child; each call is one step, state carried in the inputs as in a training loop.
+The parent drives the steps (`drive_steps`, the child runs `serve_steps`): before each step the child
+reports what it holds, the parent reads the child's resident memory and resets its high-water mark; after
+the step the child reports again, and the parent reads the mark. The garbage collector runs as it would in
+a training loop, on its own thresholds: the harness never forces a collection between steps, so memory
+that only a collection would free (a reference cycle holding tensors, state a fix drops when it sees a
+collection) counts as it would in a real run.
+
+Sources, per device:
+    cuda  the caching allocator's own counts: `memory_allocated` after each step (retained) and
+          `max_memory_allocated` with `reset_peak_memory_stats` before each step (peak): every tensor on
+          the device, exactly, without the cache the allocator keeps.
+    cpu   two, because torch's CPU allocator keeps no statistics and tracemalloc sees only Python's heap:
+          - glibc's `mallinfo2` (arena bytes in use + mmapped bytes), read in the child after each step:
+            every malloc, torch's (c10 allocates CPU tensors with posix_memalign), numpy's, ctypes', to the byte;
+          - the child's resident set (VmRSS) and its high-water mark (VmHWM), read by the parent from
+            /proc/<pid>/status, the mark reset before each step by writing 5 to /proc/<pid>/clear_refs:
+            pages actually touched, mmap included, measured from outside the process.
+          The child pins glibc to return every block of 64 KiB or more to the system when it is freed
+          (M_MMAP_THRESHOLD, fixed, and a low M_TRIM_THRESHOLD), so the resident set falls when a tensor
+          is freed and the high-water mark is a step's real peak, not memory glibc kept from before.
+          Retained growth is judged in whichever of the two series the fix outgrows its baseline most; the
+          peak is the mark.
+
+Processes the child starts (DataLoader workers) are measured where their memory grows: after each step the parent
+sums the proportional set size of every descendant of the child (`workers_memory`, /proc/<pid>/smaps_rollup), a
+series ("workers_pss") judged beside the child's own; the unique set size, the pages a worker copied, is kept too.
+The workers are the child's: the isolation layer bounds them in time and kills whatever the child leaves.
+
+Figures are bytes above the level before the first measured step: `retained[i]` after step i, `peak[i]` the
+highest during step i. The growth per step is the least-squares slope of `retained` over the steps, with a
+Student t interval (level `level`): memory is nearly deterministic, so the interval is usually narrow, and
+it says so where a step's allocations vary.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from harness.measure.timing import student_t_quantile, synchronize
+from harness.process.confine import descendants_of
+
+MMAP_THRESHOLD = 64 << 10  # blocks this large or larger are mmapped, and unmapped when freed
+TRIM_THRESHOLD = 128 << 10  # free memory at the heap's top beyond this goes back to the system
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+METHOD = "least-squares slope of retained bytes over steps, Student t interval"
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    steps: int = 4  # measured steps (calls on one inputs object)
+    warmup: int = 1  # steps run before the level is taken: compilation, lazily made state (an optimizer's moments)
+    level: float = 0.95  # of the slope's interval
+
+
+# -- the sources ---------------------------------------------------------------------------------------
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+    ]
+
+
+def _libc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        return libc
+    except (OSError, AttributeError):  # not glibc, or glibc < 2.33
+        return None
+
+
+_LIBC = _libc()
+
+
+def pin_cpu_allocator() -> bool:
+    """Make glibc hand every freed block of MMAP_THRESHOLD or more back to the system (see the module doc)."""
+    if _LIBC is None:
+        return False
+    return bool(_LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and _LIBC.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def malloc_in_use() -> int | None:
+    """Bytes glibc's malloc has handed out and not had back (all arenas, mmapped blocks included); None off glibc."""
+    if _LIBC is None:
+        return None
+    info = _LIBC.mallinfo2()
+    return int(info.uordblks + info.hblkhd)
+
+
+def resident(pid: int) -> dict[str, int]:
+    """The resident set of process `pid` and its high-water mark, in bytes."""
+    found = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(value.split()[0]) * 1024
+    if len(found) < 2:
+        raise OSError(f"process {pid} has no resident set (it has exited)")
+    return {"rss": found["VmRSS"], "hwm": found["VmHWM"]}
+
+
+def workers_memory(pid: int) -> dict[str, int]:
+    """The memory of every process `pid` started and its own started (DataLoader workers, ranks), summed: the
+    proportional set size (`pss`: each shared page divided among the processes that map it, so the sum is what they
+    cost together) and the unique set size (`uss`: pages no other process maps, the copies a worker made of pages it
+    shared with its parent), from /proc/<pid>/smaps_rollup (Linux >= 4.14); empty when it started none. A process
+    that exits between the listing and the reading is left out."""
+    pss = uss = workers = 0
+    for worker in descendants_of(pid):
+        found = {}
+        try:
+            with open(f"/proc/{worker}/smaps_rollup") as rollup:
+                for line in rollup:
+                    key, _, value = line.partition(":")
+                    if key in ("Pss", "Private_Clean", "Private_Dirty"):
+                        found[key] = int(value.split()[0]) * 1024
+        except (OSError, ValueError):
+            continue
+        if "Pss" in found:
+            workers += 1
+            pss += found["Pss"]
+            uss += found.get("Private_Clean", 0) + found.get("Private_Dirty", 0)
+    return {"workers": workers, "pss": pss, "uss": uss} if workers else {}
+
+
+def reset_peak(pid: int) -> bool:
+    """Reset the resident high-water mark of `pid` to its resident set now (Linux >= 4.0); False where refused."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def source_name(device: str) -> str:
+    if device == "cuda":
+        return "torch.cuda memory_allocated / max_memory_allocated (caching allocator statistics)"
+    return "glibc mallinfo2 (in the child) and VmRSS/VmHWM with clear_refs (from the parent), glibc pinned to unmap freed blocks >= 64 KiB"
+
+
+# -- the child: run the steps when told ------------------------------------------------------------------
+
+
+def _held(device: str) -> dict[str, int | None]:
+    if device == "cuda":
+        synchronize(device)
+        return {"allocated": torch.cuda.memory_allocated(), "max_allocated": torch.cuda.max_memory_allocated()}
+    return {"in_use": malloc_in_use()}
+
+
+def serve_steps(connection, function: Callable[[Any], Any], inputs: Any, device: str, steps: int, warmup: int) -> None:
+    """In the child: `warmup` steps, then `steps` steps each between a report before and a report after.
+    A step that raises ends the conversation; the exception propagates to the caller."""
+    for _ in range(warmup):
+        function(inputs)
+    synchronize(device)
+    for step in range(steps):
+        connection.send_bytes(json.dumps({"before": step, **_held(device)}).encode())
+        connection.recv_bytes()  # the parent has read the resident set and reset its mark
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        output = function(inputs)
+        synchronize(device)
+        del output  # a training loop drops the step's result; what the step keeps lives in `inputs`
+        connection.send_bytes(json.dumps({"after": step, **_held(device)}).encode())
+        connection.recv_bytes()  # the parent has read the mark: this process must live until it has
+    connection.send_bytes(json.dumps({"end": steps}).encode())
+
+
+# -- the parent: drive the steps and read the child's memory ---------------------------------------------
+
+
+def drive_steps(connection, pid: int, deadline: float, device: str) -> dict[str, Any]:
+    """The parent's side of `serve_steps`: per step, the child's reports and, on CPU, its resident memory."""
+    rows: list[dict[str, Any]] = []
+    resettable = True
+    while True:
+        if not connection.poll(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError("the memory child stopped answering")
+        said = json.loads(connection.recv_bytes())
+        if "end" in said:
+            return {"rows": rows, "hwm_reset": resettable}
+        if "before" in said:
+            row = {"before": said, "workers_before": workers_memory(pid)}
+            if device == "cpu":
+                row["rss_before"] = resident(pid)["rss"]
+                resettable = reset_peak(pid) and resettable
+            rows.append(row)
+            connection.send_bytes(b"go")
+        else:
+            rows[-1].update(after=said, workers=workers_memory(pid))
+            if device == "cpu":
+                rows[-1].update(resident(pid))
+            connection.send_bytes(b"read")
+
+
+@dataclass(frozen=True)
+class Slope:
+    per_step: float  # bytes per step
+    low: float
+    high: float
+    level: float
+
+    def figures(self) -> dict[str, float]:
+        return {"slope": self.per_step, "slope_low": self.low, "slope_high": self.high, "level": self.level}
+
+
+def fit_slope(values: list[float], level: float) -> Slope:
+    """The least-squares slope of `values` over their index, and its `level` Student t interval (n >= 3)."""
+    n = len(values)
+    if n < 3:
+        return Slope(float("nan"), -math.inf, math.inf, level)
+    xs = range(n)
+    x_mean, y_mean = (n - 1) / 2, statistics.fmean(values)
+    sxx = sum((x - x_mean) ** 2 for x in xs)
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, values)) / sxx
+    residual = sum((y - y_mean - slope * (x - x_mean)) ** 2 for x, y in zip(xs, values))
+    half = student_t_quantile(0.5 + level / 2, n - 2) * math.sqrt(residual / (n - 2) / sxx)
+    return Slope(slope, slope - half, slope + half, level)
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """One function's memory over its steps: bytes above the level before the first measured step."""
+
+    device: str
+    retained: list[int]  # after each step: malloc'd bytes (cpu, glibc) or allocated bytes (cuda); else the resident set
+    peak: list[int]  # the highest during each step: resident high-water mark (cpu) or max allocated (cuda)
+    rss_retained: list[int] | None  # cpu: the resident set after each step
+    fits: dict[str, Slope]  # the slope of each retained series: "malloc" and "rss" (cpu), "allocated" (cuda), "workers_pss"
+    workers: dict[str, list[int]] | None = None  # the processes it started (DataLoader workers): count, summed PSS and USS after each step
+
+    @property
+    def growth_series(self) -> str:
+        """The series that grows fastest (upper bound; malloc's on a tie)."""
+        return max(self.fits, key=lambda name: (self.fits[name].high, name == "malloc"))
+
+    @property
+    def growth(self) -> Slope:
+        return self.fits[self.growth_series]
+
+    @property
+    def max_peak(self) -> int:
+        return max(self.peak) if self.peak else 0
+
+    def figures(self) -> dict[str, Any]:
+        figures = {
+            "retained": self.retained,
+            "peak": self.peak,
+            "max_peak": self.max_peak,
+            "growth_series": self.growth_series,
+            **self.growth.figures(),
+        }
+        if self.rss_retained is not None:
+            figures["rss_retained"] = self.rss_retained
+        if self.workers is not None:
+            figures["workers"] = self.workers
+        figures["slopes"] = {name: fit.figures() for name, fit in self.fits.items()}
+        return figures
+
+
+def step_memory(talked: dict[str, Any], device: str, level: float) -> StepMemory:
+    rows = talked["rows"]
+    workers = _workers_series(rows)
+    worker_fits = {"workers_pss": fit_slope(workers["pss"], level)} if workers else {}
+    if device == "cuda":
+        level0 = rows[0]["before"]["allocated"]
+        retained = [row["after"]["allocated"] - level0 for row in rows]
+        peak = [row["after"]["max_allocated"] - level0 for row in rows]
+        return StepMemory(device, retained, peak, None, {"allocated": fit_slope(retained, level), **worker_fits}, workers)
+    rss0 = rows[0]["rss_before"]
+    peak = [row["hwm"] - rss0 for row in rows]
+    rss_retained = [row["rss"] - rss0 for row in rows]
+    fits = {"rss": fit_slope(rss_retained, level)}
+    retained = rss_retained
+    if rows[0]["before"].get("in_use") is not None:
+        in_use0 = rows[0]["before"]["in_use"]
+        retained = [row["after"]["in_use"] - in_use0 for row in rows]
+        fits["malloc"] = fit_slope(retained, level)
+    return StepMemory(device, retained, peak, rss_retained, {**fits, **worker_fits}, workers)
+
+
+def _workers_series(rows: list[dict[str, Any]]) -> dict[str, list[int]] | None:
+    """The workers' summed PSS and USS after each step, above their level before the first measured step; None where
+    the function started no process that lived through every step (a worker measured after some steps only is no
+    series: its growth cannot be told from its birth)."""
+    if not rows[0].get("workers_before") or not all(row.get("workers") for row in rows):
+        return None
+    first = rows[0]["workers_before"]
+    return {
+        "count": [row["workers"]["workers"] for row in rows],
+        "pss": [row["workers"]["pss"] - first["pss"] for row in rows],
+        "uss": [row["workers"]["uss"] - first["uss"] for row in rows],
+    }
+
+
+# -- the verdict ------------------------------------------------------------------------------------------
+
+MIN_UNIT = 1 << 20  # the least a growth or peak budget is a fraction of: below it a step's memory is the interpreter's
+# and the allocator's own (resident pages move 4 KiB at a time, Python's object arenas 256 KiB-1 MiB); a tiny RNN step peaked at 40 KiB
+
+
+@dataclass(frozen=True)
+class MemoryVerdict:
+    status: str  # within_budget | over_budget | inconclusive | measured
+    excess: Slope  # the fix's growth per step beyond the baseline's, in the series where it is largest
+    series: str
+    unit: int  # bytes the fractions are of: the baseline's highest peak, at least MIN_UNIT
+    peak_ratio: float  # the fix's highest peak / unit
+    reasons: tuple[str, ...]
+
+    @property
+    def growth_fraction(self) -> float:
+        return self.excess.per_step / self.unit
+
+    @property
+    def growth_fraction_low(self) -> float:
+        return self.excess.low / self.unit
+
+    @property
+    def growth_fraction_high(self) -> float:
+        return self.excess.high / self.unit
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "excess_growth": self.excess.per_step,
+            "excess_growth_low": self.excess.low,
+            "excess_growth_high": self.excess.high,
+            "excess_series": self.series,
+            "unit": self.unit,
+            "growth_fraction": self.growth_fraction,
+            "growth_fraction_low": self.growth_fraction_low,
+            "growth_fraction_high": self.growth_fraction_high,
+            "peak_ratio": self.peak_ratio,
+        }
+
+
+def excess_growth(fix: StepMemory, baseline: StepMemory) -> tuple[str, Slope]:
+    """The fix's slope minus the baseline's, per series both have, with the two intervals' half-widths combined
+    (independent runs: root of the sum of squares); the series where the excess's upper bound is largest."""
+    found = {}
+    for name in fix.fits.keys() & baseline.fits.keys():
+        mine, theirs = fix.fits[name], baseline.fits[name]
+        half = math.hypot(mine.high - mine.per_step, theirs.high - theirs.per_step)
+        centre = mine.per_step - theirs.per_step
+        found[name] = Slope(centre, centre - half, centre + half, mine.level)
+    name = max(found, key=lambda key: (found[key].high, key == "malloc"))
+    return name, found[name]
+
+
+def judge_memory(fix: StepMemory, baseline: StepMemory, budget: dict[str, float] | None) -> MemoryVerdict:
+    """The fix against the baseline and a budget {growth, peak} (either may be absent).
+
+    growth: the fix's retained growth per step beyond the baseline's (a log both keep is no leak of the fix), as
+    a fraction of the unit (the baseline's highest peak, at least MIN_UNIT); peak: the fix's highest peak over
+    the unit. within_budget when every bound is within, over_budget when one is surely over, inconclusive while
+    the growth's interval straddles its budget."""
+    unit = max(baseline.max_peak, MIN_UNIT)
+    series, excess = excess_growth(fix, baseline)
+    peak_ratio = max(fix.max_peak, 0) / unit
+    if not budget:
+        return MemoryVerdict("measured", excess, series, unit, peak_ratio, ())
+    verdict = MemoryVerdict("", excess, series, unit, peak_ratio, ())
+    low, centre, high = verdict.growth_fraction_low, verdict.growth_fraction, verdict.growth_fraction_high
+    over, undecided = [], []
+    if budget.get("growth") is not None:
+        said = f"grows {_bytes(excess.per_step)}/step [{_bytes(excess.low)}, {_bytes(excess.high)}] beyond the baseline ({series}), {centre:.3f} [{low:.3f}, {high:.3f}] of {_bytes(unit)}"
+        if low > budget["growth"]:
+            over.append(f"{said} > {budget['growth']}")
+        elif high > budget["growth"]:
+            undecided.append(f"{said} straddles {budget['growth']}")
+    if budget.get("peak") is not None and peak_ratio > budget["peak"]:
+        over.append(
+            f"peak {_bytes(fix.max_peak)} is {peak_ratio:.2f}x {_bytes(unit)} (the baseline's {_bytes(baseline.max_peak)}) > {budget['peak']}x"
+        )
+    status = "over_budget" if over else "inconclusive" if undecided else "within_budget"
+    return MemoryVerdict(status, excess, series, unit, peak_ratio, tuple(over + undecided))
+
+
+def describe(fix: StepMemory, baseline: StepMemory) -> str:
+    g = fix.growth
+    return (
+        f"retained {_bytes(g.per_step)}/step [{_bytes(g.low)}, {_bytes(g.high)}] ({g.level:.0%}, {len(fix.retained)} steps, {fix.growth_series}), "
+        f"peak {_bytes(fix.max_peak)}; baseline {_bytes(baseline.growth.per_step)}/step, peak {_bytes(baseline.max_peak)}"
+    )
+
+
+def _bytes(value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:.2f} {unit}"
+    return f"{value:.0f} B"
