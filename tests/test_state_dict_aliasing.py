@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from cases import state_dict_aliasing as case
 from harness.cases import CASE_CONFIG_DIR
-from harness.compare import compare
+from harness.measure.compare import compare
 
 CFG = OmegaConf.load(CASE_CONFIG_DIR / "state_dict_aliasing.yaml")
 TOLERANCE = dict(CFG.tolerance)
