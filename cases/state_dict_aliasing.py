@@ -94,15 +94,37 @@ symptoms = {"cpu": WrongResult(), "cuda": WrongResult()}
 # model (or state) keeps changing with training or equals the last one, that it is not a deep copy. Not a best model
 # that was never stored or never loaded (early stopping without a snapshot, the last epoch saved), nor a copy of a state
 # dict discussed where none is needed, nor a state dict that fails to load.
-triage_signs = TriageSigns(signs=(
-    Sign("failure", r"(?i)state_dict(?:\(\))?`? (?:only )?(?:returns?|stores?|gives?|holds?) (?:me )?(?:a |the )?references?\b|returns? a reference to the (?:dict|state)\b", 0.8, "says that state_dict() hands out references to the live tensors, not copies"),
-    Sign("failure", r"(?i)\bbest[ _]?(?:model|state|weights?|wts|params?|checkpoint)\w*`?,? (?:(?:is|are|was|were|will|keeps?|gets?|getting|always|being|be|still) )+(?:updated|overwritten|changed|changing|the same as the (?:newest|last|latest|current|final))|\bbest[ _]?\w*`? changes always to (?:the )?last|\b(?:model_)?state(?:_dict)?(?:\(\))?`?(?: object)? (?:keeps getting|gets|got|is getting|changes while|changes with) ?(?:updated|overwritten|changed|the model)?", 0.7, "the kept best model (a kept state) changes as training goes on, or equals the newest"),
-    Sign("failure", r"(?i)not (?:a |performing a )?\**deep\** ?copy|\bshallow copy", 0.5, "not a deep copy: the kept model or state shares its tensors with the one being trained"),
-    Sign("context", r"(?i)\bbest[ _]?(?:model|state|weights?|wts|epoch|params?|checkpoint)", 0.15, "a best model kept while training"),
-    Sign("context", r"state_dict\(\)", 0.1, "a state dict in play"),
-    Sign("support", r"(?i)deep ?copy\(`?(?:self\.)?[\w.]*state_dict\(\)`?\)", 0.2, "a deep copy of the state dict, the cure, named"),
-    Sign("veto", r"Error\(s\) in loading state_dict|Missing key\(s\)|Unexpected key\(s\)|size mismatch for", 0, "a state dict that fails to load: its keys or shapes, another failure"),
-))
+triage_signs = TriageSigns(
+    signs=(
+        Sign(
+            "failure",
+            r"(?i)state_dict(?:\(\))?`? (?:only )?(?:returns?|stores?|gives?|holds?) (?:me )?(?:a |the )?references?\b|returns? a reference to the (?:dict|state)\b",
+            0.8,
+            "says that state_dict() hands out references to the live tensors, not copies",
+        ),
+        Sign(
+            "failure",
+            r"(?i)\bbest[ _]?(?:model|state|weights?|wts|params?|checkpoint)\w*`?,? (?:(?:is|are|was|were|will|keeps?|gets?|getting|always|being|be|still) )+(?:updated|overwritten|changed|changing|the same as the (?:newest|last|latest|current|final))|\bbest[ _]?\w*`? changes always to (?:the )?last|\b(?:model_)?state(?:_dict)?(?:\(\))?`?(?: object)? (?:keeps getting|gets|got|is getting|changes while|changes with) ?(?:updated|overwritten|changed|the model)?",
+            0.7,
+            "the kept best model (a kept state) changes as training goes on, or equals the newest",
+        ),
+        Sign(
+            "failure",
+            r"(?i)not (?:a |performing a )?\**deep\** ?copy|\bshallow copy",
+            0.5,
+            "not a deep copy: the kept model or state shares its tensors with the one being trained",
+        ),
+        Sign("context", r"(?i)\bbest[ _]?(?:model|state|weights?|wts|epoch|params?|checkpoint)", 0.15, "a best model kept while training"),
+        Sign("context", r"state_dict\(\)", 0.1, "a state dict in play"),
+        Sign("support", r"(?i)deep ?copy\(`?(?:self\.)?[\w.]*state_dict\(\)`?\)", 0.2, "a deep copy of the state dict, the cure, named"),
+        Sign(
+            "veto",
+            r"Error\(s\) in loading state_dict|Missing key\(s\)|Unexpected key\(s\)|size mismatch for",
+            0,
+            "a state dict that fails to load: its keys or shapes, another failure",
+        ),
+    )
+)
 
 compiled_unit = (
     "the model's `calc_criterion` (the forward and the loss), `torch.compile` of the step as a user compiles a model "
@@ -309,7 +331,12 @@ def validation_metric(model, criterion, x):
     with torch.no_grad():
         for start in range(0, len(x.val_X), x.batch_size):
             batch = slice(start, start + x.batch_size)
-            inputs = {"X": x.val_X[batch], "missing_mask": x.val_missing_mask[batch], "X_ori": x.val_X_ori[batch], "indicating_mask": x.val_indicating_mask[batch]}
+            inputs = {
+                "X": x.val_X[batch],
+                "missing_mask": x.val_missing_mask[batch],
+                "X_ori": x.val_X_ori[batch],
+                "indicating_mask": x.val_indicating_mask[batch],
+            }
             metrics.append(criterion(inputs)["metric"].sum().item())
     return sum(metrics) / len(metrics)
 
