@@ -32,6 +32,7 @@ ACCEPTED = [  # each accepted whole (speed and memory included) by a full grade,
     ("graph_kept_alive", "issue_19_no_grad"),
     ("loss_broadcast", "pr_230_no_squeeze"),
     ("recompile_limit", "commit_f6020f71_dynamic"),
+    ("state_dict_aliasing", "pr_668_deepcopy_state_dict"),
     ("target_out_of_bounds", "commit_d786714_mask_values"),
 ]
 
@@ -48,6 +49,7 @@ REJECTED = [
     ("codebook_oob", "seed_article_replace_with_zero", "correct", "mismatch", "1 of 28 integers differ"),
     ("ddp_unused_parameters", "deactivate_layerdrop", "correct", "mismatch", "max |diff| 0.00595"),
     ("graph_kept_alive", "issue_12_data_index", "fix", "raised", "invalid index of a 0-dim tensor"),
+    ("state_dict_aliasing", "smact_pr_601_shallow_copy", "correct", "mismatch", "relative error 0.105"),
     ("state_dict_prefix", "zsgnet_issue_14_strict_false", "correct", "mismatch", "max |diff| 1.33"),
     ("state_dict_prefix", "crop_classification_issue_11_replace", "fix", "raised", "Error(s) in loading state_dict for UNet3D"),
     ("target_out_of_bounds", "commit_8f317cb_nearest", "fix", "raised", "Target 255 is out of bounds"),
