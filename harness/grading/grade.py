@@ -67,7 +67,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import REQUIRED_SECTIONS, ROOT, Slow, global_names, load_case, reachable, symptom_on
 from harness.measure.compare import compare, flatten_tensors, named_tensors, snapshot, tolerance_of
-from harness.phases import Settings, fix_under_test, memory_budget, speed_config
+from harness.phases import CASE_CONTROLS, Settings, fix_under_test, memory_budget, speed_config
 from harness.phases import run_phase as run_case_phase
 from harness.phases.common import abnormal, call, compiled_for, difference, record_of, tolerance_text
 from harness.process.confine import Limits
@@ -77,11 +77,6 @@ from harness.records import CaseRecord, PhaseRecord
 
 IMPLAUSIBLY_FAST = 0.25  # submitted / model solution: below this the fix is flagged, not praised
 GRADED_PHASES = ("fix", "correct", "correct:second_inputs", "speed", "integrity")
-CASE_CONTROLS = (
-    "slow_fixes",
-    "bad_fixes",
-    "memory_fixes",
-)  # left out of a grade: they test the harness on the case (its own run does), not a submission
 PROJECT_SOURCES = ("harness/**/*.py", "cases/**/*.py", "conf/**/*.yaml", "pyproject.toml")  # byte-identical after grading, or restored
 HINT_STEPS = 3
 EXERCISE_FUNCTION = "fix"

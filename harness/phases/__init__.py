@@ -42,12 +42,13 @@ The modules import one way: common <- timing_processes <- speed, memory <- repro
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Iterator
+from typing import Callable, Iterator
 
 from omegaconf import DictConfig
 
-from harness.phases.common import FIXED, PHASES, Settings, SpeedSettings, fix_under_test, speed_config
+from harness.phases.common import FIXED, Settings, SpeedSettings, fix_under_test, speed_config
 from harness.phases.controls import bad_fix, memory_fix, slow_fix
 from harness.phases.correct import correct, fix
 from harness.phases.memory import memory, memory_budget, memory_config
@@ -59,7 +60,9 @@ __all__ = [
     "CLEAN_RUN",
     "FAILURE_REPRODUCED",
     "FIXED",
+    "CASE_CONTROLS",
     "PHASES",
+    "TABLE",
     "Settings",
     "SpeedSettings",
     "bad_fix",
@@ -78,20 +81,45 @@ __all__ = [
 ]
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One phase of the table: `records(case, cfg, settings)` yields its records as each child finishes; a `control`
+    phase checks the case's own controls (its slow, bad and memory fixes), which test the harness on the case and are
+    left out of a grade."""
+
+    name: str
+    records: Callable[[ModuleType, DictConfig, Settings], Iterator[PhaseRecord]]
+    control: bool = False
+
+
+def _once(phase: Callable[[ModuleType, DictConfig, Settings], PhaseRecord]) -> Callable[..., Iterator[PhaseRecord]]:
+    return lambda case, cfg, settings: iter([phase(case, cfg, settings)])
+
+
+def _each(controls: str, phase: Callable[..., PhaseRecord]) -> Callable[..., Iterator[PhaseRecord]]:
+    return lambda case, cfg, settings: (phase(name, case, cfg, settings) for name in getattr(case, controls, {}))
+
+
+# The phases in the order a run takes them: `phases=` in the config names a subset (conf/config.yaml).
+TABLE: dict[str, Phase] = {
+    phase.name: phase
+    for phase in (
+        Phase("reproduce", _once(reproduce)),
+        Phase("fix", _once(fix)),
+        Phase("correct", _once(correct)),
+        Phase("speed", speed),
+        Phase("slow_fixes", _each("slow_fixes", slow_fix), control=True),
+        Phase("bad_fixes", _each("bad_fixes", bad_fix), control=True),
+        Phase("memory", _once(memory)),
+        Phase("memory_fixes", _each("memory_fixes", memory_fix), control=True),
+    )
+}
+CASE_CONTROLS = tuple(name for name, phase in TABLE.items() if phase.control)
+
+
 def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
     """The phase's records, each yielded as soon as its child has finished."""
-    if phase == "bad_fixes":
-        for name in case.bad_fixes:
-            yield bad_fix(name, case, cfg, settings)
-    elif phase == "slow_fixes":
-        for name in getattr(case, "slow_fixes", {}):
-            yield slow_fix(name, case, cfg, settings)
-    elif phase == "speed":
-        yield from speed(case, cfg, settings)
-    elif phase == "memory":
-        yield memory(case, cfg, settings)
-    elif phase == "memory_fixes":
-        for name in getattr(case, "memory_fixes", {}):
-            yield memory_fix(name, case, cfg, settings)
-    else:
-        yield {"reproduce": reproduce, "fix": fix, "correct": correct}[phase](case, cfg, settings)
+    yield from TABLE[phase].records(case, cfg, settings)
+
+
+PHASES = tuple(TABLE)

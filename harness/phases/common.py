@@ -19,7 +19,6 @@ from harness.process.isolate import ChildResult, Failure
 from harness.process.submitted import load_submitted, submission_of
 from harness.records import PhaseRecord
 
-PHASES = ("reproduce", "fix", "correct", "speed", "slow_fixes", "bad_fixes", "memory", "memory_fixes")
 FIXED = "fixed"
 BUGGY = "buggy"
 SPEED_CANDIDATE = "speed_candidate"
