@@ -14,9 +14,10 @@ import matplotlib.image
 import nbformat
 import numpy as np
 import pytest
+import torch
 import yaml
 
-from harness.cases import CASE_CONFIG_DIR, ROOT, case_names, load_case
+from harness.cases import CASE_CONFIG_DIR, ROOT, Growth, Slow, case_names, load_case, symptom_on
 from harness.teach import DOCS, RECORDS, bad_fixes_heading, main, material, stale
 from harness.teach.source import bad_fix_origin
 from harness.teach.summary import LINE_WORDS, TITLE_WORDS, problems, summary
@@ -271,7 +272,14 @@ def test_each_notebook_runs_top_to_bottom_on_cpu(executed_notebooks, name):
     assert ran.returncode == 0, ran.stderr[-4000:]
     printed = ran.stdout
     assert "running on cpu" in printed
-    assert re.search(r"^(reproduced|wrong_result|warned|slow|fixed_upstream|clean_before): ", printed, re.M), printed[:2000]
+    # A failure that is time (`Slow`) is timed in the notebook too: on a loaded CI machine (every notebook executed
+    # beside the others) its interval can straddle `at_least` (recompile_limit: 3.96x [1.494, 10.5] against 1.5x on
+    # 2026-11-27). That is a verdict the notebook prints, not a notebook that broke; the matrix's records judge the
+    # timing (harness.matrix margins), and what the notebook must show about the failure is checked below.
+    reproduce_line = re.search(r"^(reproduced|wrong_result|warned|slow|fixed_upstream|clean_before|inconclusive): ", printed, re.M)
+    assert reproduce_line, printed[:2000]
+    if reproduce_line.group(1) == "inconclusive":
+        assert isinstance(symptom_on(load_case(name).symptoms["cpu"], torch.__version__), (Slow, Growth)), printed[:2000]
     assert "fix vs reference: match" in printed
     assert all(f"bad fix {bad}: rejected" in printed for bad in _bad_fix_names(name)), printed[-3000:]
     assert re.search(r"fix [\d.]+ ms, baseline [\d.]+ ms: [\d.]+x", printed)
