@@ -266,7 +266,7 @@ def run_case(
     # The submission's kernels, shared by its children alone: it may compile where compile=off too (a case that
     # compiles itself, a fix that calls torch.compile), and each child compiling cold cost recompile_limit 30 s.
     kernels = tempfile.mkdtemp(prefix="harness-grade-kernels-") if submitted is not None else None
-    limits = Limits(kernels=kernels)
+    limits = Limits(kernels=kernels, gpu=device == "cuda")
     settings = Settings(
         device=device,
         timeout_s=float(cfg.timeout_s),

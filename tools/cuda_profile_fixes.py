@@ -17,6 +17,7 @@ import json
 import statistics
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,7 +46,7 @@ DEVICE = "cuda"  # --device cpu: a smoke test of this script where no GPU is
 
 def sync() -> None:
     if DEVICE == "cuda":
-        sync()
+        torch.cuda.synchronize()
 
 
 def speed_inputs(name: str):
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             variants, ratios = PROFILES[name]()
             result = measure(name, variants, ratios, rounds=args.rounds)
         except Exception as error:  # noqa: BLE001 - one case's failure must not lose the others' figures
-            result = {"case": name, "error": f"{type(error).__name__}: {error}"}
+            result = {"case": name, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-3000:]}
         report["cases"].append(result)
         args.out.write_text(json.dumps(report, indent=1))
         print(f"\n== {name} on {report['device']} (torch {report['torch']})")

@@ -53,6 +53,7 @@ class Limits:
     kernels: str | None = (
         None  # the grade's kernel cache for the submission's compiled code, shared by its confined children alone (writable beside scratch)
     )
+    gpu: bool = False  # open the CUDA device (driver and primary context) before the confinement, as a sandbox opens its devices
 
 
 @dataclass
@@ -66,6 +67,8 @@ class Confinement:
 def confine_child(scratch: str, limits: Limits, refused_log: str) -> Confinement:
     """Hold this process (and whatever it starts) to writing beneath `scratch`, within `limits`."""
     scratch = os.path.realpath(scratch)
+    if limits.gpu:
+        _open_the_gpu()
     os.environ["TMPDIR"] = scratch
     tempfile.tempdir = scratch
     kernels = os.path.realpath(limits.kernels) if limits.kernels else tempfile.mkdtemp(prefix="inductor-", dir=scratch)
@@ -82,6 +85,16 @@ def confine_child(scratch: str, limits: Limits, refused_log: str) -> Confinement
     sys.addaudithook(_write_guard(writable, refused_log))
     writes = _landlock(writable)
     return Confinement(writes, _set_limits(limits))
+
+
+def _open_the_gpu() -> None:
+    """CUDA's first call maps the driver's and the context's memory and opens its device files; under the data
+    rlimit and Landlock it fails as `cudaGetDeviceCount()` raising "Unexpected error" (an H200, torch 2.11, 2026-11-27),
+    so every graded fix failed on CUDA. Opened here, the submission's own calls find the context made."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.empty(1, device="cuda")
 
 
 def _set_limits(limits: Limits) -> dict:
