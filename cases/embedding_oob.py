@@ -33,7 +33,7 @@ Fix: Amphion's own practice for continuous inputs: quantise the feature into `n_
     index is in range by construction; guard that construction where it is free, on shapes (the
     table has a row for every bin), never with a `.item()` check in the training step. Where ids come
     from data, `torch._assert_async` guards the values without a host sync, at a few kernels a call
-    (on an H200 it made this lookup 2.83x as slow: launch overhead, not work). Wrong ones, both generic
+    (on an H200 it made this lookup 2.46x as slow, and its leanest form 1.76x: launch overhead, not work). Wrong ones, both generic
     attempts (from the article the case was seeded from, not a public thread):
     clamping the indices (the crash goes, every value past the table lands on its last row) and a
     range check with `.item()` alone (a clear error and a host sync, and the batch still cannot be
@@ -199,7 +199,9 @@ def check_bins_fit_table(bin_edges, table):
     fits the table iff it has len(bin_edges) + 1 rows. Checked on the host: no kernel, no sync. The guard on the
     values it replaces (`torch._assert_async(((bins >= 0) & (bins < rows)).all())`) launched five kernels beside
     the lookup's two: on an H200 the guarded lookup took 2.83x the unguarded one (0.066 vs 0.024 ms,
-    results/cuda_evidence/2026-11-25); on CPU 1.000x [0.982, 1.019] after, against 1.15x allowed."""
+    results/cuda_evidence/2026-11-25). After, on the same H200: 1.031x [1.015, 1.047] against 1.05x, and in one
+    profiled run 0.92x where the value guard took 2.46x (results/cuda_evidence/2026-11-27); on CPU 1.000x
+    [0.982, 1.019], against 1.15x allowed."""
     if bin_edges.shape[0] + 1 > table.shape[0]:
         raise ValueError(f"{bin_edges.shape[0]} bin edges make {bin_edges.shape[0] + 1} bins; the table has {table.shape[0]} rows")
 

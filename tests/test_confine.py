@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from harness.process.confine import Limits
 from harness.process.isolate import run_isolated
@@ -181,3 +182,24 @@ def test_the_model_solutions_audit_hook_runs_the_guards_tests_and_refuses_nothin
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "written").read_text() == "x" and int(done.stdout) >= 1
+
+
+def _allocate_on_the_gpu():
+    import torch
+
+    return float(torch.ones(1 << 20, device="cuda").sum())
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; none is present")
+def test_a_confined_child_reaches_the_gpu_it_was_given():
+    """Landlock alone breaks CUDA's first call (`cudaGetDeviceCount()`, error 304, an H200 on 2026-11-27:
+    tools/cuda_confine_probe.py); a grade on CUDA opens the device before the confinement."""
+    result = run_isolated(_allocate_on_the_gpu, timeout_s=120, confined=Limits(gpu=True))
+    assert result.status == "returned" and result.value == float(1 << 20), result
+
+
+def test_a_gpu_grade_on_a_machine_without_one_confines_as_before(tmp_path):
+    outside = tmp_path / "outside.txt"
+    refused = run_isolated(write_to, str(outside), timeout_s=60, confined=Limits(gpu=True))
+    assert refused.status == "raised" and not outside.exists(), refused

@@ -58,7 +58,7 @@ speechbrain)  # autocast_device's upstream tier: the real Brain, on the speechbr
     ;;
 tests)
     step pytest-cuda 300 python3 -m pytest -m cuda -n "${WORKERS:-4}" -p no:cacheprovider -q -rA tests/test_cuda.py tests/test_class_weight_index.py \
-        tests/test_memory.py tests/test_autocast_device.py
+        tests/test_memory.py tests/test_autocast_device.py tests/test_confine.py
     ;;
 diagnose)  # cases: the questions of tools/cuda_diagnostics.py
     step diagnose 300 python3 tools/cuda_diagnostics.py $cases
