@@ -115,9 +115,9 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
-            r"(?i)\bclip\w*\b.{0,60}\bbefore\b.{0,40}\bunscal|\bunscal\w*\b.{0,80}\bbefore\b.{0,40}\bclip",
+            r"(?im)\bclip\w*\b.{0,60}\bbefore\b.{0,40}\bunscal|^(?![^\n]*\bunscale_\([^\n]*#)[^\n]*?\bunscal\w*\b[^\n]{0,80}\bbefore\b[^\n]{0,40}\bclip",
             0.8,
-            "the order of the clipping and the unscale: gradients clipped before GradScaler divides them by the scale (or the fix's words, unscale before clipping)",
+            "the order of the clipping and the unscale: gradients clipped before GradScaler divides them by the scale (or the fix's words, unscale before clipping, not in a comment on the call itself: `scaler.unscale_(opt)  # unscale before clipping` is the right order at work)",
         ),
         Sign(
             "failure",

@@ -140,9 +140,9 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
-            r"Attempting to unscale FP16 gradients",
+            r"(?i)\bunscale\W+(?:fp16|float16|half)\W+grad",
             0.8,
-            "the same refusal where the log holds only its raise statement or quotes it without the exception's name",
+            "the same refusal where the log holds only its raise statement, or quotes or retells it without the exception's name",
         ),
         Sign(
             "failure",

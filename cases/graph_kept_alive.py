@@ -106,7 +106,7 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
-            r"CUDA out of memory|OutOfMemoryError|cuda runtime error \(2\) : out of memory|CUDA error: out of memory|error=2 : out of memory|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
+            r"(?i:CUDA out of memory)|OutOfMemoryError|cuda runtime error \(2\) : out of memory|CUDA error: out of memory|error=2 : out of memory|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
             0.3,
             "an allocation failed: alone, any out-of-memory; which one is told by the lines around it",
         ),
@@ -124,7 +124,7 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "context",
-            r"(?i)memory (?:\w+ ){0,3}(?:increas|grow)|(?:ram|memory) keeps? (?:increas|grow)|slow and steady increase|memory \w+ after (?:some|a few|several) (?:iterations|batches|steps)",
+            r"(?i)memory (?:\w+ ){0,3}(?:increas|grow)|(?:ram|memory) keeps? (?:increas|grow)|slow and steady increase|memory \w+ after (?:some|a few|several) (?:iterations|batches|steps)|显存(?:占用)?\w{0,6}(?:增加|增长|上涨|变大)",
             0.25,
             "memory that grows step after step, not one step too large",
         ),

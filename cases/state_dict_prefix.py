@@ -130,10 +130,16 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
-            r"Error\(s\) in loading state_dict for \w+:",
+            r"Error(?:\(s\))? (?:in )?loading state_dict for \w+",
             0.25,
             "a strict load_state_dict refused the keys; alone it does not say why (an architecture change gives the same line)",
             family=True,
+        ),
+        Sign(
+            "failure",
+            r"state_dict for OptimizedModule\b",
+            0.6,
+            "the model loaded into is torch.compile's wrapper, whose keys all begin with `_orig_mod.`: a plain model's checkpoint has none",
         ),
         Sign(
             "context",
