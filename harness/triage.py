@@ -405,12 +405,17 @@ def _first_match(pattern: str, cleaned: str) -> int | None:
 class _Search:
     """First matches in one cleaned log: each distinct pattern searched once (cases share signs), and skipped
     without running the regex when one of the sets of literals that every match must hold (`_needed`) has none in
-    the log: most of a long log is noise that holds none of them. Each literal is looked for once per log."""
+    the log: most of a long log is noise that holds none of them. Each literal is looked for once per log. A pattern
+    that cannot match across a line is searched only in the lines that hold one of its rarest set's literals."""
 
     def __init__(self, cleaned: str):
         self.cleaned, self.lowered = cleaned, cleaned.lower()
         self.found: dict[str, int | None] = {}
         self.present: dict[str, bool] = {}
+        self.lines_with: dict[str, list[int]] = {}
+        self._lines: list[str] | None = None
+        self._starts: list[int] | None = None
+        self._lowered_starts: list[int] | None = None
 
     def _has(self, literal: str) -> bool:
         if literal not in self.present:
@@ -419,9 +424,52 @@ class _Search:
 
     def first(self, pattern: str) -> int | None:
         if pattern not in self.found:
-            skip = any(not any(self._has(literal) for literal in needed) for needed in _needed(pattern))
-            self.found[pattern] = None if skip else _first_match(pattern, self.cleaned)
+            needed = _needed(pattern)
+            if any(not any(self._has(literal) for literal in literals) for literals in needed):
+                self.found[pattern] = None
+            elif needed and _one_line(pattern):
+                self.found[pattern] = self._first_in_lines(pattern, needed)
+            else:
+                self.found[pattern] = _first_match(pattern, self.cleaned)
         return self.found[pattern]
+
+    def _line_indices(self, literal: str) -> list[int]:
+        """The lines whose lower-cased text holds `literal` (positions in the lowered text, whose lines are the same)."""
+        if literal not in self.lines_with:
+            if self._lowered_starts is None:
+                self._lowered_starts = _line_starts(self.lowered)
+            found, at = [], self.lowered.find(literal)
+            while at >= 0:
+                line = _line_of(at, self._lowered_starts)
+                found.append(line)
+                at = self.lowered.find(
+                    literal, self._lowered_starts[line + 1] if line + 1 < len(self._lowered_starts) else len(self.lowered)
+                )
+            self.lines_with[literal] = found
+        return self.lines_with[literal]
+
+    def _first_in_lines(self, pattern: str, needed: tuple[tuple[str, ...], ...]) -> int | None:
+        every_match_holds = min(
+            (sorted(set().union(*(self._line_indices(literal) for literal in literals))) for literals in needed), key=len
+        )
+        if self._lines is None:
+            self._lines, self._starts = self.cleaned.split("\n"), _line_starts(self.cleaned)
+        if len(every_match_holds) * 4 > len(self._lines):
+            return _first_match(pattern, self.cleaned)
+        for line in every_match_holds:  # in order: the first line with a match holds the log's first match
+            found = re.search(pattern, self._lines[line], re.MULTILINE)
+            if found:
+                return self._starts[line] + found.start()
+        return None
+
+
+# What lets a match span lines: a whitespace or non-word class, a negated set, a newline, dot-matches-all.
+_CROSSES_LINES = re.compile(r"\\[snWDAZ]|\[\^|\(\?[a-zA-Z]*s|\n")
+
+
+@functools.lru_cache(maxsize=None)
+def _one_line(pattern: str) -> bool:
+    return not _CROSSES_LINES.search(pattern)
 
 
 _GATES = 2  # sets of literals checked per pattern, the most telling first

@@ -2,7 +2,7 @@
 results, never by a timed assert), and its figures per family on the logs kept apart for issue 49."""
 
 from harness.cases import ROOT
-from harness.triage import load_signs, triage
+from harness.triage import LOOKALIKES, _first_match, _normalise_text, _raw_lines, _Search, load_signs, triage
 from tests.test_triage import KEPT_APART, _figures
 
 LINES = 10_000
@@ -34,6 +34,15 @@ def test_triage_of_a_10000_line_log(benchmark):
     benchmark.extra_info.update(lines=LINES, goal_s=0.5)
     if benchmark.stats:
         print(f"\ntriage of {LINES} lines: median {benchmark.stats.stats.median * 1e3:.0f} ms (goal < 500 ms)")
+
+
+def test_the_line_by_line_search_of_a_long_log_finds_what_the_whole_text_search_finds():
+    """A pattern that cannot cross a line is searched only in the lines holding its rarest literals: on the 10,000
+    lines it finds the same first match as the regex over the whole text, for every sign of every case."""
+    patterns = {sign.pattern for signs in load_signs().values() for sign in signs.signs} | {sign.pattern for sign in LOOKALIKES}
+    cleaned = _normalise_text(_raw_lines(_long_log()))
+    search = _Search(cleaned)
+    assert [search.first(pattern) for pattern in sorted(patterns)] == [_first_match(pattern, cleaned) for pattern in sorted(patterns)]
 
 
 def test_figures_per_family_on_the_kept_apart_logs():
