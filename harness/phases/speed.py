@@ -25,8 +25,7 @@ from harness.phases.common import (
     containment,
     record_of,
 )
-from harness.phases.timing_processes import apart_timing_process, graded_timing_process, speed_in_child
-from harness.process.isolate import run_isolated
+from harness.phases.timing_processes import apart_timing_process, graded_timing_process, shared_timing_process
 from harness.process.submitted import submission_of
 from harness.records import PhaseRecord
 
@@ -145,19 +144,7 @@ def _time_against(
         elif OmegaConf.select(cfg, "speed.apart"):
             results = apart_timing_process(talk, candidate, baseline, inputs, cfg, settings)
         else:
-            results = {
-                "candidate": run_isolated(
-                    speed_in_child,
-                    candidate,
-                    baseline,
-                    inputs,
-                    cfg,
-                    settings,
-                    None,
-                    timeout_s=settings.timeout_s,
-                    talk=lambda c, pid, d: talk({"candidate": (c, pid), "baseline": (c, pid)}, d),
-                )
-            }
+            results = shared_timing_process(talk, candidate, baseline, inputs, cfg, settings)
         result = results["candidate"]
         if result.status != "returned":
             return abnormal(phase, result)

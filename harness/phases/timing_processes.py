@@ -93,6 +93,25 @@ def graded_timing_process(
     return results
 
 
+def shared_timing_process(
+    talk: Callable, candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings
+) -> dict[str, ChildResult]:
+    """One timing process of a case's own functions: both sides in one child, the parent driving it."""
+    return {
+        "candidate": run_isolated(
+            speed_in_child,
+            candidate,
+            baseline,
+            inputs,
+            cfg,
+            settings,
+            None,
+            timeout_s=settings.timeout_s,
+            talk=lambda connection, pid, deadline: talk({"candidate": (connection, pid), "baseline": (connection, pid)}, deadline),
+        )
+    }
+
+
 def apart_timing_process(
     talk: Callable, candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings
 ) -> dict[str, ChildResult]:
