@@ -91,29 +91,41 @@ from harness.triage import Sign, TriageSigns
 
 symptoms = {"cpu": WrongResult(), "cuda": WrongResult()}
 
-# Prose, not a log: nothing raises on CPU. What users write: layers kept in a Python list (or dict) are not registered,
-# not in parameters() or state_dict(), not moved by .cuda()/.to(), not trained; the fix is ModuleList/ModuleDict; or a
-# layer replaced after the optimizer was built no longer updates. Not the folklore about creating the optimizer before
-# model.cuda() (an optimizer's state on the wrong device), nor a state dict that fails to load.
+# Prose, not a log: nothing raises on CPU. What users write: modules or parameters kept in a (plain, python) list or
+# dict, the code that builds one (`self.convs = [nn.Conv2d(...) ...]`), and what follows: not registered, not in the
+# learned parameters, not saved, not moved by .cuda(); or a layer replaced after the optimizer was built, the optimizer
+# still holding the old parameters. Not the order of the optimizer and model.cuda() (an optimizer's state on the wrong
+# device), nor a state dict that fails to load, nor a parameter that only the module's repr does not print.
 triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
-            r"(?i)\b(?:python )?(?:list|dict|tuple)\b.{0,80}\b(?:not|never|n't) (?:be )?(?:auto[- ]?)?(?:registered|included|moved|trained|updated|seen|saved|optimi[sz]ed)|\bnot (?:auto[- ]?)?registered\b.{0,60}\b(?:list|dict|sub-?modules?|parameters?)|\b(?:sub-?modules?|layers?|parameters?)\b.{0,40}\b(?:defined|initiali[sz]ed|stored|kept|created) in (?:a |the )?(?:plain )?(?:python )?(?:list|dict)",
-            0.7,
-            "modules kept in a plain list or dict are not registered: not in parameters(), state_dict() or .to()",
+            r"(?i)\b(?:parameters?|sub-?modules?|modules?|layers?|networks?|weights)\b[^.\n]{0,40}\b(?:in|inside|to|into) (?:a |the )?(?:normal |plain |regular |python )?(?:list|lists|dict|dicts|array|arrays)\b|\bpython'?s? list\b",
+            0.5,
+            "modules or parameters kept in a plain list or dict",
         ),
         Sign(
             "failure",
-            r"(?i)\bparameters?\b.{0,60}\b(?:are|is|were) not (?:being )?(?:updated|trained)\b.{0,80}\b(?:replace|pruned|speedup|new layer|finetun)|\b(?:replace[sd]?|swap(?:ped)?)\b.{0,60}\blayers?\b.{0,80}\boptimi[sz]er\b.{0,60}\b(?:outdated|stale|old|never|no updates)",
+            r"self\.\w+ = \[ *(?:nn|th\.nn|torch\.nn)\.\w+\(",
+            0.35,
+            "the code that keeps layers in a Python list",
+        ),
+        Sign(
+            "failure",
+            r"(?i)\bnot (?:auto[- ]?)?registered\b|\bproperly registered\b|\bnot (?:being )?(?:added|included) (?:in|to|into) (?:the )?(?:learned |model'?s? |trainable )?(?:param|variables)|\bleft unoptimi[sz]ed\b|\breceived no updates\b|\b(?:weights?|parameters?) (?:are|were|is) not (?:saved|trained|updated|moved)\b|\bstill in CPU mode\b|\bprevents methods like\b",
+            0.45,
+            "the children are not registered: not trained, not saved, not moved",
+        ),
+        Sign(
+            "failure",
+            r"(?i)\b(?:replace[sd]?|prune[sd]?)\b.{0,120}\boptimi[sz]er\b.{0,80}\b(?:old ones|outdated|stale|still referenced|no updates)",
             0.6,
             "a layer replaced after the optimizer was built: the optimizer still holds the old parameters",
         ),
-        Sign("context", r"(?i)nn\.ModuleList|ModuleList|ModuleDict|add_module", 0.25, "the registering containers, the cure, named"),
-        Sign("context", r"(?i)\.parameters\(\)|state_dict\(\)|\.cuda\(\)|\.to\(device\)", 0.1, "what walks the registered tree"),
+        Sign("context", r"(?i)ModuleList|ModuleDict|add_module", 0.25, "the registering containers, the cure, named"),
         Sign(
             "veto",
-            r"(?i)Error\(s\) in loading state_dict|Missing key\(s\)|Unexpected key\(s\)|size mismatch for|(?:Adagrad|optimizer'?s? state|state of the optimizer)\b.{0,80}\b(?:cpu|gpu|cuda|device)",
+            r"(?i)Error\(s\) in loading state_dict|Missing key\(s\)|Unexpected key\(s\)|size mismatch for|\b(?:Adagrad|AdaGrad)\b.{0,80}\b(?:cpu|gpu|cuda|device)",
             0,
             "another failure: a state dict that fails to load, or an optimizer's state on the wrong device",
         ),
