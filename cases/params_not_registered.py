@@ -70,7 +70,7 @@ Fix: register the children: `self.subtract_objs = nn.ModuleList(subtract_objs)` 
     of 4-5; budget 1.35). The slow control, correct: the grid's 576 points in 8 chunks, a forward and backward each,
     the gradients accumulated: 4.930x [4.632, 5.248] and 6.555x [2.330, 18.440] eager, 4.506x [4.339, 4.679] and
     4.557x [3.239, 6.410] compiled (low ends 2.33-4.63, at least 1.3 x 1.35 = 1.76). The alternative (add_module),
-    graded: accepted, 0.960x [0.940, 0.979] of `fixed`.
+    graded: accepted twice, 0.960x [0.940, 0.979] and 1.016x [0.952, 1.085] of `fixed`.
     The folklore that an optimizer built before `model.to(device)` trains stale copies does not hold for registered
     parameters on torch 2.13.0: `Module.to` replaces each parameter's `.data` and keeps the `Parameter` object (neither
     `torch.__future__` flag is set), so the optimizer's references stay the model's (measured with a dtype move on
