@@ -25,12 +25,14 @@ Upstream: https://github.com/mkofler96/DeepSDFStruct/issues/78 (DeepSDFStruct, "
 Fidelity: faithful in what fails: DeepSDFStruct's `SDFBase.forward` (input check, `_compute`), `CircleSDF` (center
     and radius as `nn.Parameter`, float32, copied to the query's device and dtype inside `_compute`) and
     `DifferenceSDF` (`base_obj` an attribute, `subtract_objs = list(...)`, `max(d_base, -min(d_sub...) - 1e-6)`),
-    re-typed from the repository at b7fb6aa (the package is not installed here; logging and bounds left out), with
+    re-typed from the repository at b7fb6aa (June 2026, the newest snapshot read here; the issue is of September 2026
+    and quotes the same line), the package not installed here; logging, bounds and the output-shape check left out; with
     the issue's two circles and `DifferenceSDF(base, sub).to(device)`. Synthetic: the use, a shape fit (DeepSDFStruct
     optimises SDF parameters, the issue trains nothing): the composite's parameters fitted by Adam (lr 0.02, 60
     steps) to the signed distances of a target difference (disc (0.05, -0.05) radius 0.9 minus disc (0.4, 0.1) radius
-    0.55, each number moved by up to 0.05 drawn from the seed) on a 24 x 24 grid of [-1.2, 1.2]^2, mean squared error; then `state_dict()` saved (`torch.save` to bytes) and
-    loaded into a fresh composite of the same class, as a checkpoint is. The output is what the bug corrupts: the four
+    0.55, each number moved by up to 0.05 drawn from the seed) on a 24 x 24 grid of [-1.2, 1.2]^2, mean squared
+    error; then `state_dict()` saved (`torch.save` to bytes) and loaded into a fresh composite of the same class, as a
+    checkpoint is. The output is what the bug corrupts: the four
     parameters after training (base and subtracted circle, by path), and the same four as the saved checkpoint
     restores them.
 
@@ -43,7 +45,7 @@ Symptom on CUDA: the issue's reproduction, as posted: `print(sub.radius.device) 
 Symptom on CPU: nothing raises or warns (torch 2.13.0, run here, seed 0). After 60 steps the base circle is fitted
     and the subtracted one is exactly where it started, center (0.3, 0.0) and radius 0.4, against the reference's
     (0.363, 0.081) and 0.561: 12 of 12 floats beyond the tolerance (the base circle, fitted without its hole, is off
-    too), relative error 0.174, max |diff| 0.161; the fit's loss stalls at 0.0054 (from 0.0236) where the reference's
+    too), relative error 0.174, max |diff| 0.161; the fit's loss stops at 0.0054 (from 0.0236) where the reference's
     reaches 1.7e-5. The checkpoint holds 2 tensors of 4 and restores the same untrained circle. `d.parameters()`
     yields 2 tensors (3 floats) of 4 (6).
 
@@ -63,8 +65,8 @@ Fix: register the children: `self.subtract_objs = nn.ModuleList(subtract_objs)` 
     (`Adam(list(d.parameters()) + [p for o in d.subtract_objs for p in o.parameters()])`, a generic attempt): trained
     right (the loss 1.7e-5, the trained parameters within 6e-8 of the reference), but the checkpoint still holds only
     the base circle: the restored subtracted circle is its init, the same numbers as the buggy code's (3 of 12 floats
-    beyond the tolerance, relative error 0.123 over the output, max |diff| 0.161); and a tuple instead of the list (a generic
-    attempt): the buggy code's numbers bit for bit. Its cost: Adam over twice the tensors (4 for 2) on a step of
+    beyond the tolerance, relative error 0.123 over the output, max |diff| 0.161); and a tuple instead of the list (a
+    generic attempt): the buggy code's numbers bit for bit. Its cost: Adam over twice the tensors (4 for 2) on a step of
     about 0.5 ms, the forwards and backwards the same: 1.171x [1.107, 1.238] and 1.260x [1.178, 1.347] eager, 1.207x
     [1.139, 1.279] and 1.169x [1.074, 1.272] compiled, against the buggy fit (torch 2.13.0, a 2-core CPU under a load
     of 4-5; budget 1.35). The slow control, correct: the grid's 576 points in 8 chunks, a forward and backward each,
@@ -74,7 +76,10 @@ Fix: register the children: `self.subtract_objs = nn.ModuleList(subtract_objs)` 
     The folklore that an optimizer built before `model.to(device)` trains stale copies does not hold for registered
     parameters on torch 2.13.0: `Module.to` replaces each parameter's `.data` and keeps the `Parameter` object (neither
     `torch.__future__` flag is set), so the optimizer's references stay the model's (measured with a dtype move on
-    CPU, tests/test_params_not_registered.py); it breaks only parameters `.to()` never reaches, this case's.
+    CPU, tests/test_params_not_registered.py); it breaks only parameters `.to()` never reaches, this case's. What the
+    threads that crash show (hippynn #15, pfl-research #76: Adagrad) is an optimizer that builds its state in its
+    constructor: Adagrad's `sum` exists before any step and `.to()` does not move it (measured, float32 after a
+    float64 move); Adam's and SGD's state is built at the first step, on the parameters' device then.
 
 Compiled: the composite's forward and loss compiled where the fit runs (compiles_itself: each call builds its own
     composite), as a user compiles the model; the loop, the optimizer and the checkpoint stay Python around it.

@@ -106,6 +106,19 @@ def test_the_optimizer_built_before_to_keeps_the_model_s_parameters():
     assert not torch.equal(before, model.weight) and model.weight.dtype == torch.float64
 
 
+def test_an_optimizer_whose_state_is_built_in_its_constructor_is_not_moved_by_to():
+    """Where the folklore comes from (hippynn #15, pfl-research #76): Adagrad builds its `sum` when constructed, and
+    `.to()` moves the parameters, not the optimizer's state; Adam builds its state at the first step."""
+    model = nn.Linear(4, 2)
+    adagrad, adam = torch.optim.Adagrad(model.parameters()), torch.optim.Adam(model.parameters())
+    assert adagrad.state[model.weight]["sum"].dtype == torch.float32 and not adam.state
+    model.to(torch.float64)
+    assert adagrad.state[model.weight]["sum"].dtype == torch.float32  # left behind
+    model(torch.randn(3, 4, dtype=torch.float64)).sum().backward()
+    adam.step()
+    assert adam.state[model.weight]["exp_avg"].dtype == torch.float64  # built where the parameter is now
+
+
 @pytest.mark.parametrize("function", [case.fixed, alternative, case.chunked_fit], ids=["fixed", "alternative", "chunked_fit"])
 def test_the_fixes_match_the_reference_on_another_target(function):
     cfg = OmegaConf.merge(CFG, {"target": {"sub_center": [0.2, -0.2], "sub_radius": 0.3}, "steps": 40})
