@@ -42,11 +42,10 @@ from harness.triage import (
     _raw_lines,
     _Search,
     load_signs,
-    main,
     normalise,
-    render,
     triage,
 )
+from harness.triage.cli import main, render
 from tests.conftest import names_its_failure, record_log
 
 FIXTURES = ROOT / "tests" / "triage_logs"

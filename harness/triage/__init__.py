@@ -35,36 +35,73 @@ failure (a later op's cuBLAS error) without enough context. It stays a candidate
 `confidence` is the rate at which answers of the same level (cause evidenced, not evidenced, contradicted,
 or no verdict) were right on the fixtures (CONFIDENCE; tests/test_triage.py checks it against them).
 
-Exit status: 0 when the log was read (whether or not a case matched), 2 when it could not be
-read (missing file, a directory, binary data); the reason goes to stderr on one line.
+The package: `text` cleans a log, `search` finds the signs' first matches, this module scores the cases and makes
+the verdict, `cli` reads a log and prints it (its exit status is there).
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import functools
-import json
-import re
-import sys
-
-try:  # the regex parser the `re` module compiles with: read to find the literals a pattern needs (`_needed`)
-    from re import _parser as _sre_parser  # Python >= 3.11
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_parse as _sre_parser  # type: ignore[no-redef]
 from dataclasses import dataclass
 from pathlib import Path
 
-CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
+from harness.triage.search import _first_match, _line_of, _line_starts, _Search
+from harness.triage.text import _ANSI, MAX_LINE_CHARS, _normalise_line, _normalise_text, _raw_lines, normalise
+
+__all__ = [  # what the cases (Sign, TriageSigns), the matrix (normalise) and the tests use; `cli` has main and render
+    "CONFIDENCE",
+    "CONTRADICTED",
+    "EVIDENCED",
+    "FAMILY_LINE",
+    "LOOKALIKES",
+    "MAX_LINE_CHARS",
+    "NOT_EVIDENCED",
+    "NOT_KNOWN",
+    "TOO_LITTLE",
+    "UNCLAIMED_CEILING",
+    "VERDICT_SCORE",
+    "Candidate",
+    "Sign",
+    "TriageSigns",
+    "Verdict",
+    "_Search",
+    "_first_match",
+    "_normalise_line",
+    "_normalise_text",
+    "_raw_lines",
+    "load_signs",
+    "normalise",
+    "triage",
+]
+
+CASES_DIR = Path(__file__).resolve().parents[2] / "cases"
+
+
 RULES_NAME = "triage_signs"
+
+
 VERDICT_SCORE = 0.5
+
+
 UNCLAIMED_CEILING = 0.45  # strictly below VERDICT_SCORE: supporting lines alone never name a case
-MAX_LINE_CHARS = 2000  # longer lines are cut, which bounds every regex's work per line
+
+
 EVIDENCE_CHARS = 300
+
+
 NOT_KNOWN = "not one of the known cases"
+
+
 TOO_LITTLE = "too little to decide"
+
+
 FAMILY_LINE = "the family's own line"
+
+
 EVIDENCED, NOT_EVIDENCED, CONTRADICTED = "evidenced", "not evidenced", "contradicted"
+
+
 # How often an answer of each level was right (Laplace-smoothed), the family verdict by the cause's level and None
 # for no verdict. On the fixtures the signs were tuned on: 0.99, 0.98, 0.75 (2 logs), 0.995; on the logs kept apart
 # for issue 49: 0.95, 0.95, 0.67 (1 log), 0.81. A "none" misses more on new logs than on tuned ones, so its figure
@@ -220,72 +257,6 @@ LOOKALIKES = (
     ),
 )
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-# Line prefixes, applied in order, each at most once: a timestamp, a pid in brackets, a rank, a glog header.
-_PREFIXES = (
-    re.compile(r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?(?: -)? ?"),
-    re.compile(r"^\[\d+\] "),
-    re.compile(r"^(?:\[(?:default)?rank ?\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\(\w+ pid=\d+(?:, ip=[\d.]+)?\)) ?"),
-    re.compile(r"^\[?[IWEF]\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? [^\]\n]*\] ?"),
-)
-_PREFIXES_ML = tuple(re.compile(prefix.pattern, re.MULTILINE) for prefix in _PREFIXES)
-_PATH = re.compile(r"(?<![\w.<])(?:[A-Za-z]:)?(?:~|\.\.?)?[\\/]?(?:[\w.~+@-]+[\\/])+[\w.~+@-]+")
-_SUBSTITUTIONS = (
-    (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
-    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "0x<addr>"),
-    (re.compile(r"\b(pid|PID|Pid)(:? ?=?\(?s?\)?:? ?)\d+"), r"\1\2<pid>"),
-    (re.compile(r"\bblock: \[\d+, ?\d+, ?\d+\], thread: \[\d+, ?\d+, ?\d+\]"), "block: [<n>], thread: [<n>]"),
-    (re.compile(r"\b(line |\.(?:py|cu|cpp|cuh|h)[:(])\d+"), r"\1<n>"),
-    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?"), "<host>"),
-    (re.compile(r"(?<=<host>\]):\d+"), ""),
-    (re.compile(r"/c[a-z0-9]{50,}(?=\.)"), "/<inductor-kernel>"),  # torch.compile's cache: torchinductor_<user>/qt/cqtj2c...
-    (re.compile(r"tmp\d+\b"), "tmp<n>"),  # inductor's temporaries in a generated kernel's bounds check: tmp3, tmp12
-)
-
-
-def _short_path(match: re.Match) -> str:
-    """An installed file by its package path (torch/nn/functional.py), any other absolute path by its last two parts."""
-    path = match.group(0).replace("\\", "/")
-    for packages in ("site-packages/", "dist-packages/"):
-        if packages in path:
-            return path.rsplit(packages, 1)[1]
-    if path.startswith(("/", "~", "./", "../")) or path[1:3] == ":/":
-        return "/".join(path.rsplit("/", 2)[-2:])
-    return path
-
-
-def normalise(text: str) -> list[str]:
-    """One cleaned line per input line (same count, same order), so evidence can point back at the original."""
-    return _normalise_text(_raw_lines(text)).split("\n")
-
-
-def _normalise_text(raw: list[str]) -> str:
-    """The cleaned lines joined by newlines: each substitution runs once over the whole text, not once per line
-    (no pattern crosses a newline, and each prefix is anchored at a line's start), which is what keeps a 10,000-line
-    log fast. tests/test_triage.py checks that it equals `_normalise_line` applied line by line."""
-    text = _ANSI.sub("", "\n".join(line[:MAX_LINE_CHARS] for line in raw))
-    for prefix in _PREFIXES_ML:
-        text = prefix.sub("", text)
-    text = _PATH.sub(_short_path, text)
-    for pattern, replacement in _SUBSTITUTIONS:
-        text = pattern.sub(replacement, text)
-    return "\n".join(line.strip() for line in text.split("\n"))
-
-
-def _raw_lines(text: str) -> list[str]:
-    # A carriage return inside a line is a progress bar redrawing itself: keep what was drawn last.
-    return [line.rsplit("\r", 1)[-1] if "\r" in line else line for line in text.split("\n")]
-
-
-def _normalise_line(line: str) -> str:
-    line = _ANSI.sub("", line[:MAX_LINE_CHARS])
-    for prefix in _PREFIXES:
-        line = prefix.sub("", line, count=1)
-    line = _PATH.sub(_short_path, line)
-    for pattern, replacement in _SUBSTITUTIONS:
-        line = pattern.sub(replacement, line)
-    return line.strip()
-
 
 def load_signs(cases_dir: Path = CASES_DIR) -> dict[str, TriageSigns]:
     """Every case's `triage_signs`, read from its module's source without importing it.
@@ -397,218 +368,6 @@ def _score(case: str, rules: TriageSigns, search: "_Search", starts: list[int], 
     return Candidate(case, round(score, 3), evidence, why, cause, contra)
 
 
-def _first_match(pattern: str, cleaned: str) -> int | None:
-    found = re.search(pattern, cleaned, re.MULTILINE)
-    return found.start() if found else None
-
-
-class _Search:
-    """First matches in one cleaned log: each distinct pattern searched once (cases share signs), and skipped
-    without running the regex when one of the sets of literals that every match must hold (`_needed`) has none in
-    the log: most of a long log is noise that holds none of them. Each literal is looked for once per log. A pattern
-    that cannot match across a line is searched only in the lines that hold one of its rarest set's literals."""
-
-    def __init__(self, cleaned: str):
-        self.cleaned, self.lowered = cleaned, cleaned.lower()
-        self.found: dict[str, int | None] = {}
-        self.present: dict[str, bool] = {}
-        self.lines_with: dict[str, list[int]] = {}
-        self._lines: list[str] | None = None
-        self._starts: list[int] | None = None
-        self._lowered_starts: list[int] | None = None
-
-    def _has(self, literal: str) -> bool:
-        if literal not in self.present:
-            self.present[literal] = literal in self.lowered
-        return self.present[literal]
-
-    def first(self, pattern: str) -> int | None:
-        if pattern not in self.found:
-            needed = _needed(pattern)
-            if any(not any(self._has(literal) for literal in literals) for literals in needed):
-                self.found[pattern] = None
-            elif needed and _one_line(pattern):
-                self.found[pattern] = self._first_in_lines(pattern, needed)
-            else:
-                self.found[pattern] = _first_match(pattern, self.cleaned)
-        return self.found[pattern]
-
-    def _line_indices(self, literal: str) -> list[int]:
-        """The lines whose lower-cased text holds `literal` (positions in the lowered text, whose lines are the same)."""
-        if literal not in self.lines_with:
-            if self._lowered_starts is None:
-                self._lowered_starts = _line_starts(self.lowered)
-            found, at = [], self.lowered.find(literal)
-            while at >= 0:
-                line = _line_of(at, self._lowered_starts)
-                found.append(line)
-                at = self.lowered.find(
-                    literal, self._lowered_starts[line + 1] if line + 1 < len(self._lowered_starts) else len(self.lowered)
-                )
-            self.lines_with[literal] = found
-        return self.lines_with[literal]
-
-    def _first_in_lines(self, pattern: str, needed: tuple[tuple[str, ...], ...]) -> int | None:
-        every_match_holds = min(
-            (sorted(set().union(*(self._line_indices(literal) for literal in literals))) for literals in needed), key=len
-        )
-        if self._lines is None:
-            self._lines, self._starts = self.cleaned.split("\n"), _line_starts(self.cleaned)
-        if len(every_match_holds) * 4 > len(self._lines):
-            return _first_match(pattern, self.cleaned)
-        for line in every_match_holds:  # in order: the first line with a match holds the log's first match
-            found = re.search(pattern, self._lines[line], re.MULTILINE)
-            if found:
-                return self._starts[line] + found.start()
-        return None
-
-
-# What lets a match span lines: a whitespace or non-word class, a negated set, a newline, dot-matches-all.
-_CROSSES_LINES = re.compile(r"\\[snWDAZ]|\[\^|\(\?[a-zA-Z]*s|\n")
-
-
-@functools.lru_cache(maxsize=None)
-def _one_line(pattern: str) -> bool:
-    return not _CROSSES_LINES.search(pattern)
-
-
-_GATES = 2  # sets of literals checked per pattern, the most telling first
-
-
-@functools.lru_cache(maxsize=None)
-def _needed(pattern: str) -> tuple[tuple[str, ...], ...]:
-    """Sets of lower-case literals, each such that every match of `pattern` holds at least one of its literals; none
-    where the pattern has no such set (a class or a wildcard at every turn). Read from the parsed pattern: a run of
-    literals in a sequence, what a group or a repeat of at least one needs, or one set from each branch of an
-    alternation. The longest literals first: they are the rarest in a log's noise."""
-    try:
-        parsed = _sre_parser.parse(pattern, re.MULTILINE)
-    except Exception:  # noqa: BLE001 - any pattern the parser refuses is simply searched
-        return ()
-    found = _needed_in(list(parsed))
-    return tuple(tuple(sorted(needed)) for needed in sorted(found, key=lambda needed: -min(map(len, needed)))[:_GATES])
-
-
-def _telling(literal: str) -> bool:
-    """Long enough to be rare in noise: 3 characters, or 2 where one is not a letter or a digit (`+=`, `内存`)."""
-    return len(literal) >= 3 or (len(literal) == 2 and (not literal.isascii() or not literal.isalnum()))
-
-
-def _needed_in(items: list) -> list[frozenset[str]]:
-    """Every set found in this sequence (each one necessary on its own); a run of literals is one set of one."""
-    found: list[frozenset[str]] = []
-    run = ""
-
-    def keep(candidates: list[frozenset[str]]) -> None:
-        found.extend(needed for needed in candidates if needed and all(map(_telling, needed)))
-
-    for op, value in items:
-        name = str(op)
-        if name == "LITERAL":
-            run += chr(value).lower()
-            continue
-        keep([frozenset({run})] if run else [])
-        run = ""
-        if name == "SUBPATTERN":
-            keep(_needed_in(list(value[-1])))
-        elif name == "BRANCH":
-            branches = [_needed_in(list(branch)) for branch in value[1]]
-            if all(branches):  # one set per branch, its most telling: together they make a set for the alternation
-                keep([frozenset().union(*(max(sets, key=lambda needed: min(map(len, needed))) for sets in branches))])
-        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") and value[0] >= 1:
-            keep(_needed_in(list(value[2])))
-    keep([frozenset({run})] if run else [])
-    return found
-
-
-def _line_starts(cleaned: str) -> list[int]:
-    return [0] + [match.end() for match in re.finditer("\n", cleaned)]
-
-
-def _line_of(position: int, starts: list[int]) -> int:
-    low, high = 0, len(starts) - 1
-    while low < high:
-        middle = (low + high + 1) // 2
-        if starts[middle] <= position:
-            low = middle
-        else:
-            high = middle - 1
-    return low
-
-
 def _evidence(raw: list[str], line: int) -> str:
     text = _ANSI.sub("", raw[line]).strip()
     return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 3] + "..."
-
-
-class UnreadableInput(Exception):
-    """The log could not be read: the message says why, on one line."""
-
-
-def read_log(source: str) -> str:
-    if source == "-":
-        data = sys.stdin.buffer.read()
-        where = "stdin"
-    else:
-        path = Path(source)
-        where = str(path)
-        if path.is_dir():
-            raise UnreadableInput(f"{where} is a directory, not a log file")
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise UnreadableInput(f"{where}: no such file") from None
-        except OSError as error:
-            raise UnreadableInput(f"{where}: {error.strerror or error}") from None
-    if b"\x00" in data:
-        raise UnreadableInput(f"{where} holds binary data (NUL bytes), not a text log")
-    text = data.decode("utf-8", errors="replace")
-    if text and text.count("\ufffd") > max(8, len(text) // 100):
-        raise UnreadableInput(f"{where} is not text (more than 1% of it is not UTF-8)")
-    return text
-
-
-def render(verdict: Verdict) -> str:
-    lines = []
-    if verdict.case:
-        lines.append(f"verdict: {verdict.case}  (run it: python -m harness case={verdict.case})")
-        lines.append(f"family: {verdict.family['name']}")
-        cause = verdict.cause
-        lines.append(f"cause: {cause['status']}: {cause['cause']}")
-        lines += [f"  against it: {line}" for line in cause["evidence"]] if cause["status"] == CONTRADICTED else []
-        if cause["status"] != EVIDENCED:
-            lines.append(f"  to confirm: {cause['confirm']}")
-            lines += [f"  the same line also comes from: {cause['also']}"] if cause["also"] else []
-        lines.append(f"confidence: {verdict.confidence:.2f}")
-    else:
-        lines.append(f"verdict: none, {NOT_KNOWN}")
-        lines += [f"  looks like {why}" for why in verdict.looks_like]
-        lines.append(f"confidence: {verdict.confidence:.2f}")
-    for candidate in verdict.candidates:
-        lines.append(f"\n{candidate.case}  score {candidate.score:.2f}")
-        lines.append(f"  why: {candidate.why}")
-        lines += [f"  > {line}" for line in candidate.evidence]
-    if not verdict.candidates:
-        lines.append("no case has any sign in this log")
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m harness.triage", description="Name the known case an error log belongs to, with the evidence."
-    )
-    parser.add_argument("path", nargs="?", default="-", help="the log file, or - for stdin (the default)")
-    parser.add_argument("--json", action="store_true", help='print {"verdict", "candidates", "family", "cause", "confidence"} only')
-    args = parser.parse_args(argv)
-    try:
-        text = read_log(args.path)
-    except UnreadableInput as error:
-        print(f"triage: {error}", file=sys.stderr)
-        return 2
-    verdict = triage(text)
-    print(json.dumps(verdict.to_json(), indent=2) if args.json else render(verdict))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

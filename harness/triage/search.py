@@ -1,0 +1,151 @@
+"""First matches of the signs' patterns in one cleaned log, fast on long logs: each pattern searched once, skipped where
+a literal every match needs is absent, and searched line by line where it cannot cross a line."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+try:  # the regex parser the `re` module compiles with: read to find the literals a pattern needs (`_needed`)
+    from re import _parser as _sre_parser  # Python >= 3.11
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_parse as _sre_parser  # type: ignore[no-redef]
+
+
+def _first_match(pattern: str, cleaned: str) -> int | None:
+    found = re.search(pattern, cleaned, re.MULTILINE)
+    return found.start() if found else None
+
+
+class _Search:
+    """First matches in one cleaned log: each distinct pattern searched once (cases share signs), and skipped
+    without running the regex when one of the sets of literals that every match must hold (`_needed`) has none in
+    the log: most of a long log is noise that holds none of them. Each literal is looked for once per log. A pattern
+    that cannot match across a line is searched only in the lines that hold one of its rarest set's literals."""
+
+    def __init__(self, cleaned: str):
+        self.cleaned, self.lowered = cleaned, cleaned.lower()
+        self.found: dict[str, int | None] = {}
+        self.present: dict[str, bool] = {}
+        self.lines_with: dict[str, list[int]] = {}
+        self._lines: list[str] | None = None
+        self._starts: list[int] | None = None
+        self._lowered_starts: list[int] | None = None
+
+    def _has(self, literal: str) -> bool:
+        if literal not in self.present:
+            self.present[literal] = literal in self.lowered
+        return self.present[literal]
+
+    def first(self, pattern: str) -> int | None:
+        if pattern not in self.found:
+            needed = _needed(pattern)
+            if any(not any(self._has(literal) for literal in literals) for literals in needed):
+                self.found[pattern] = None
+            elif needed and _one_line(pattern):
+                self.found[pattern] = self._first_in_lines(pattern, needed)
+            else:
+                self.found[pattern] = _first_match(pattern, self.cleaned)
+        return self.found[pattern]
+
+    def _line_indices(self, literal: str) -> list[int]:
+        """The lines whose lower-cased text holds `literal` (positions in the lowered text, whose lines are the same)."""
+        if literal not in self.lines_with:
+            if self._lowered_starts is None:
+                self._lowered_starts = _line_starts(self.lowered)
+            found, at = [], self.lowered.find(literal)
+            while at >= 0:
+                line = _line_of(at, self._lowered_starts)
+                found.append(line)
+                at = self.lowered.find(
+                    literal, self._lowered_starts[line + 1] if line + 1 < len(self._lowered_starts) else len(self.lowered)
+                )
+            self.lines_with[literal] = found
+        return self.lines_with[literal]
+
+    def _first_in_lines(self, pattern: str, needed: tuple[tuple[str, ...], ...]) -> int | None:
+        every_match_holds = min(
+            (sorted(set().union(*(self._line_indices(literal) for literal in literals))) for literals in needed), key=len
+        )
+        if self._lines is None:
+            self._lines, self._starts = self.cleaned.split("\n"), _line_starts(self.cleaned)
+        if len(every_match_holds) * 4 > len(self._lines):
+            return _first_match(pattern, self.cleaned)
+        for line in every_match_holds:  # in order: the first line with a match holds the log's first match
+            found = re.search(pattern, self._lines[line], re.MULTILINE)
+            if found:
+                return self._starts[line] + found.start()
+        return None
+
+
+# What lets a match span lines: a whitespace or non-word class, a negated set, a newline, dot-matches-all.
+_CROSSES_LINES = re.compile(r"\\[snWDAZ]|\[\^|\(\?[a-zA-Z]*s|\n")
+
+
+@functools.lru_cache(maxsize=None)
+def _one_line(pattern: str) -> bool:
+    return not _CROSSES_LINES.search(pattern)
+
+
+_GATES = 2  # sets of literals checked per pattern, the most telling first
+
+
+@functools.lru_cache(maxsize=None)
+def _needed(pattern: str) -> tuple[tuple[str, ...], ...]:
+    """Sets of lower-case literals, each such that every match of `pattern` holds at least one of its literals; none
+    where the pattern has no such set (a class or a wildcard at every turn). Read from the parsed pattern: a run of
+    literals in a sequence, what a group or a repeat of at least one needs, or one set from each branch of an
+    alternation. The longest literals first: they are the rarest in a log's noise."""
+    try:
+        parsed = _sre_parser.parse(pattern, re.MULTILINE)
+    except Exception:  # noqa: BLE001 - any pattern the parser refuses is simply searched
+        return ()
+    found = _needed_in(list(parsed))
+    return tuple(tuple(sorted(needed)) for needed in sorted(found, key=lambda needed: -min(map(len, needed)))[:_GATES])
+
+
+def _telling(literal: str) -> bool:
+    """Long enough to be rare in noise: 3 characters, or 2 where one is not a letter or a digit (`+=`, `内存`)."""
+    return len(literal) >= 3 or (len(literal) == 2 and (not literal.isascii() or not literal.isalnum()))
+
+
+def _needed_in(items: list) -> list[frozenset[str]]:
+    """Every set found in this sequence (each one necessary on its own); a run of literals is one set of one."""
+    found: list[frozenset[str]] = []
+    run = ""
+
+    def keep(candidates: list[frozenset[str]]) -> None:
+        found.extend(needed for needed in candidates if needed and all(map(_telling, needed)))
+
+    for op, value in items:
+        name = str(op)
+        if name == "LITERAL":
+            run += chr(value).lower()
+            continue
+        keep([frozenset({run})] if run else [])
+        run = ""
+        if name == "SUBPATTERN":
+            keep(_needed_in(list(value[-1])))
+        elif name == "BRANCH":
+            branches = [_needed_in(list(branch)) for branch in value[1]]
+            if all(branches):  # one set per branch, its most telling: together they make a set for the alternation
+                keep([frozenset().union(*(max(sets, key=lambda needed: min(map(len, needed))) for sets in branches))])
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") and value[0] >= 1:
+            keep(_needed_in(list(value[2])))
+    keep([frozenset({run})] if run else [])
+    return found
+
+
+def _line_starts(cleaned: str) -> list[int]:
+    return [0] + [match.end() for match in re.finditer("\n", cleaned)]
+
+
+def _line_of(position: int, starts: list[int]) -> int:
+    low, high = 0, len(starts) - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if starts[middle] <= position:
+            low = middle
+        else:
+            high = middle - 1
+    return low

@@ -1,0 +1,83 @@
+"""A log cleaned for triage, the way pytorch/test-infra's log classifier and Sentry's grouping do: ANSI codes, timestamps,
+`[rank1]:` prefixes, pids, addresses, line numbers and absolute paths taken out, one cleaned line per line."""
+
+from __future__ import annotations
+
+import re
+
+MAX_LINE_CHARS = 2000  # longer lines are cut, which bounds every regex's work per line
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+
+
+# Line prefixes, applied in order, each at most once: a timestamp, a pid in brackets, a rank, a glog header.
+_PREFIXES = (
+    re.compile(r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?(?: -)? ?"),
+    re.compile(r"^\[\d+\] "),
+    re.compile(r"^(?:\[(?:default)?rank ?\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\(\w+ pid=\d+(?:, ip=[\d.]+)?\)) ?"),
+    re.compile(r"^\[?[IWEF]\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? [^\]\n]*\] ?"),
+)
+
+
+_PREFIXES_ML = tuple(re.compile(prefix.pattern, re.MULTILINE) for prefix in _PREFIXES)
+
+
+_PATH = re.compile(r"(?<![\w.<])(?:[A-Za-z]:)?(?:~|\.\.?)?[\\/]?(?:[\w.~+@-]+[\\/])+[\w.~+@-]+")
+
+
+_SUBSTITUTIONS = (
+    (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
+    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "0x<addr>"),
+    (re.compile(r"\b(pid|PID|Pid)(:? ?=?\(?s?\)?:? ?)\d+"), r"\1\2<pid>"),
+    (re.compile(r"\bblock: \[\d+, ?\d+, ?\d+\], thread: \[\d+, ?\d+, ?\d+\]"), "block: [<n>], thread: [<n>]"),
+    (re.compile(r"\b(line |\.(?:py|cu|cpp|cuh|h)[:(])\d+"), r"\1<n>"),
+    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?"), "<host>"),
+    (re.compile(r"(?<=<host>\]):\d+"), ""),
+    (re.compile(r"/c[a-z0-9]{50,}(?=\.)"), "/<inductor-kernel>"),  # torch.compile's cache: torchinductor_<user>/qt/cqtj2c...
+    (re.compile(r"tmp\d+\b"), "tmp<n>"),  # inductor's temporaries in a generated kernel's bounds check: tmp3, tmp12
+)
+
+
+def _short_path(match: re.Match) -> str:
+    """An installed file by its package path (torch/nn/functional.py), any other absolute path by its last two parts."""
+    path = match.group(0).replace("\\", "/")
+    for packages in ("site-packages/", "dist-packages/"):
+        if packages in path:
+            return path.rsplit(packages, 1)[1]
+    if path.startswith(("/", "~", "./", "../")) or path[1:3] == ":/":
+        return "/".join(path.rsplit("/", 2)[-2:])
+    return path
+
+
+def normalise(text: str) -> list[str]:
+    """One cleaned line per input line (same count, same order), so evidence can point back at the original."""
+    return _normalise_text(_raw_lines(text)).split("\n")
+
+
+def _normalise_text(raw: list[str]) -> str:
+    """The cleaned lines joined by newlines: each substitution runs once over the whole text, not once per line
+    (no pattern crosses a newline, and each prefix is anchored at a line's start), which is what keeps a 10,000-line
+    log fast. tests/test_triage.py checks that it equals `_normalise_line` applied line by line."""
+    text = _ANSI.sub("", "\n".join(line[:MAX_LINE_CHARS] for line in raw))
+    for prefix in _PREFIXES_ML:
+        text = prefix.sub("", text)
+    text = _PATH.sub(_short_path, text)
+    for pattern, replacement in _SUBSTITUTIONS:
+        text = pattern.sub(replacement, text)
+    return "\n".join(line.strip() for line in text.split("\n"))
+
+
+def _raw_lines(text: str) -> list[str]:
+    # A carriage return inside a line is a progress bar redrawing itself: keep what was drawn last.
+    return [line.rsplit("\r", 1)[-1] if "\r" in line else line for line in text.split("\n")]
+
+
+def _normalise_line(line: str) -> str:
+    line = _ANSI.sub("", line[:MAX_LINE_CHARS])
+    for prefix in _PREFIXES:
+        line = prefix.sub("", line, count=1)
+    line = _PATH.sub(_short_path, line)
+    for pattern, replacement in _SUBSTITUTIONS:
+        line = pattern.sub(replacement, line)
+    return line.strip()
