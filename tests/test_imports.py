@@ -6,6 +6,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 
 
@@ -143,3 +147,11 @@ def test_every_harness_module_has_a_layer_and_no_import_runs_back_up():
     graph = import_graph()
     assert {"harness.process.isolate", "harness.measure.clock", "harness.grading.grade"} <= graph.keys()
     assert imports_running_back_up(graph) == []
+
+
+def test_every_harness_package_is_installed():
+    """pyproject.toml lists the packages a non-editable install (the Dockerfile's, a wheel) ships: each folder of
+    harness/ with an __init__.py must be there, or an install imports harness and fails on its first subpackage."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "harness").rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
