@@ -8,15 +8,16 @@ import secrets
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import load_case
 from harness.measure.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive
-from harness.measure.timing import estimate_ratio, judge
+from harness.measure.timing import RatioEstimate, estimate_ratio, judge
 from harness.phases.common import (
     GRADED_PAIRS,
     SPEED_CANDIDATE,
@@ -26,6 +27,7 @@ from harness.phases.common import (
     record_of,
 )
 from harness.phases.timing_processes import apart_timing_process, graded_timing_process, shared_timing_process
+from harness.process.isolate import ChildResult
 from harness.process.submitted import submission_of
 from harness.records import PhaseRecord
 
@@ -80,6 +82,18 @@ def time_against(
             shutil.rmtree(check_dir, ignore_errors=True)
 
 
+@dataclass
+class _Tally:
+    """What the timing processes of one phase gathered, process after process."""
+
+    processes: list[TimedProcess] = field(default_factory=list)
+    checked: list[dict[str, Any]] = field(default_factory=list)  # the timed outputs kept for the judge (grading)
+    held: dict[str, Any] = field(default_factory=dict)  # what confined children tried or left behind
+    compiled: dict[str, list] = field(default_factory=dict)  # per process: compile time of each side, graphs compiled while timed
+    changed: dict[str, list[str]] = field(default_factory=dict)  # what the submission's import, then its calls, changed in its process
+    compiling_s: float = 0.0  # compiles before each process's clock: reported, and not taken from max_s (a cold one can outlast it)
+
+
 def _time_against(
     phase: str,
     candidate: str,
@@ -106,39 +120,21 @@ def _time_against(
     shows a leak. Each warms up on inputs from one private seed and is timed on inputs from another, made
     after the warm-up; the submission runs more pairs than a case's own timing, a number it cannot know;
     outputs of its timed calls picked at random go to the judge (figures["checked_outputs"], judged by
-    harness/grading/grade.py); what the parent saw beside the samples (a clock that disagrees, CPU used beside or
+    harness/grading/judge.py); what the parent saw beside the samples (a clock that disagrees, CPU used beside or
     after the calls, a cache answering repeated inputs, a baseline slowed or disturbed) is a verdict of its
     own; and an interval that still straddles the budget after `grade_max_s` is `undecided`, a rejection.
     """
     timing = settings.speed
     started = time.monotonic()
-    processes: list[TimedProcess] = []
-    checked: list[dict[str, Any]] = []
-    held: dict[str, Any] = {}  # what confined children tried or left behind, over every process
-    compiled_figures: dict[str, list] = {}  # per process: compile time of each side (cold or warm cache), graphs compiled while timed
-    changed: dict[str, list[str]] = {}  # what the submission's import, then its calls, changed in its process
+    tally = _Tally()
     max_s, max_processes = (timing.grade_max_s, 10_000) if graded else (timing.max_s, timing.max_processes)
-    compiling_s = 0.0  # compiles before each process's clock: reported, and not taken from max_s (a cold one can outlast it)
     while True:
-        seeds = (
-            {"warmup": secrets.randbelow(1 << 31), "settle": secrets.randbelow(1 << 31), "timed": secrets.randbelow(1 << 31)}
-            if graded
-            else None
-        )
+        seeds = _private_seeds() if graded else None
         process_dir = None
         if check_dir is not None:
-            process_dir = check_dir / str(len(processes))
+            process_dir = check_dir / str(len(tally.processes))
             process_dir.mkdir()
-        talk = functools.partial(
-            drive,
-            device=settings.device,
-            warmup=max(timing.warmup, 1) + secrets.randbelow(2) if graded else timing.warmup,  # graded: never a timed first call
-            pairs=max(timing.pairs, GRADED_PAIRS) + secrets.randbelow(3) if graded else timing.pairs,
-            min_s=timing.process_s,
-            fresh_inputs=graded,
-            check_dir=process_dir,
-            max_retakes=timing.max_retakes,
-        )
+        talk = _talk(settings, graded, process_dir)
         if graded:
             results = graded_timing_process(talk, baseline, inputs, cfg, settings, seeds)
         elif OmegaConf.select(cfg, "speed.apart"):
@@ -146,98 +142,163 @@ def _time_against(
         else:
             results = shared_timing_process(talk, candidate, baseline, inputs, cfg, settings)
         result = results["candidate"]
-        if result.status != "returned":
-            return abnormal(phase, result)
-        value, failure = result.value
-        if failure is not None:
-            return record_of(phase, "raised", False, failure.headline, result)
-        for side in ("baseline", "pristine"):  # the model solution's own children: a failure there is the case's
-            if side in results and (results[side].status != "returned" or results[side].value[1] is not None):
-                broke = results[side]
-                said = broke.summary if broke.status != "returned" else f"raised {broke.value[1].headline}"
-                return record_of(phase, "error", False, f"the model solution's timing child ({side}) {said}", broke)
+        broken = _broken(phase, results)
+        if broken is not None:
+            return broken
         timed = result.talk
-        if timed is None:
-            return record_of(phase, "crashed", False, "the timing child stopped answering the parent's requests", result)
-        cpu_threads = value["cpu_threads"]
-        for told in [value] + [results[side].value[0] for side in ("baseline",) if side in results]:
-            for key in ("compile_s", "recompiled_on_new_inputs", "recompiled_while_timed"):
-                if key in told:
-                    compiled_figures.setdefault(key, []).append(told[key])
-        children = {id(child): child for child in results.values()}.values()  # one child may serve several sides
-        compiling_s += sum(sum(child.value[0].get("compile_s", {}).values()) for child in children)
-        for key in ("changed_on_import", "changed_by_its_calls"):
-            for line in value.get(key, []):
-                changed.setdefault(key, [])
-                if line not in changed[key]:
-                    changed[key].append(line)
-        processes.append(timed)
+        _gather(tally, results, timed, seeds)
         if timed.disturbed:  # reniced, pinned: its samples are worth nothing, and the grade ends here
-            figures = {"baseline_disturbed": timed.disturbed, **containment(result), **changed}
-            return PhaseRecord(
-                phase,
-                "baseline_disturbed",
-                False,
-                baseline_anomaly(processes, settings.device)[1],
-                figures,
-                round(time.monotonic() - started, 4),
-                result.output,
-            )
-        for key, said in containment(result).items():
-            held[key] = held.get(key, []) + said if isinstance(said, list) else said
-        checked += [
-            {"process": len(processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked, "step": block.checked_step}
-            for index, block in enumerate(timed.blocks)
-            if block.checked
-        ]
-        if len(processes) < timing.min_processes:
+            figures = {"baseline_disturbed": timed.disturbed, **containment(result), **tally.changed}
+            message = baseline_anomaly(tally.processes, settings.device)[1]
+            return PhaseRecord(phase, "baseline_disturbed", False, message, figures, round(time.monotonic() - started, 4), result.output)
+        if len(tally.processes) < timing.min_processes:
             continue
-        estimate = estimate_ratio([p.samples for p in processes], timing.level)
-        verdict = judge(estimate, budget) if budget is not None else "measured"
-        if verdict == "over_budget" and estimate.ratio_low < clear_by * budget:
-            verdict = None  # over its line, not yet past it by the margin asked: measure on
-        if verdict is None and (len(processes) >= max_processes or time.monotonic() - started - compiling_s >= max_s):
-            verdict = judge(estimate, budget) or ("undecided" if graded else "inconclusive")
+        estimate = estimate_ratio([p.samples for p in tally.processes], timing.level)
+        out_of_time = len(tally.processes) >= max_processes or time.monotonic() - started - tally.compiling_s >= max_s
+        verdict = _verdict(estimate, budget, clear_by, out_of_time, graded)
         if verdict is not None:
             break
-    samples = processes[-1].samples
+    figures = _figures(estimate, budget, tally, result.value[0]["cpu_threads"], started)
+    interval, message = _message(verdict, estimate, budget, settings.device, figures["seconds"])
+    ok = verdict not in ("over_budget", "undecided")  # inconclusive (a case's own timing) is no failure, but reports show it apart
+    if graded:
+        verdict, ok, message = _graded_findings(verdict, ok, message, interval, figures, tally, check_dir, cfg, settings.device)
+    return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output)
+
+
+def _private_seeds() -> dict[str, int]:
+    return {"warmup": secrets.randbelow(1 << 31), "settle": secrets.randbelow(1 << 31), "timed": secrets.randbelow(1 << 31)}
+
+
+def _talk(settings: Settings, graded: bool, check_dir: Path | None) -> Callable:
+    """How the parent drives one timing process (harness/measure/clock.py); a grade's warm-up and pairs vary a little,
+    numbers the submission cannot know, and its first call is never a timed one."""
+    timing = settings.speed
+    return functools.partial(
+        drive,
+        device=settings.device,
+        warmup=max(timing.warmup, 1) + secrets.randbelow(2) if graded else timing.warmup,
+        pairs=max(timing.pairs, GRADED_PAIRS) + secrets.randbelow(3) if graded else timing.pairs,
+        min_s=timing.process_s,
+        fresh_inputs=graded,
+        check_dir=check_dir,
+        max_retakes=timing.max_retakes,
+    )
+
+
+def _broken(phase: str, results: dict[str, ChildResult]) -> PhaseRecord | None:
+    """The record of a timing process that gave no samples: the candidate's child crashed, raised or stopped
+    answering, or one of the model solution's own children failed (then the failure is the case's)."""
+    result = results["candidate"]
+    if result.status != "returned":
+        return abnormal(phase, result)
+    failure = result.value[1]
+    if failure is not None:
+        return record_of(phase, "raised", False, failure.headline, result)
+    for side in ("baseline", "pristine"):
+        if side in results and (results[side].status != "returned" or results[side].value[1] is not None):
+            broke = results[side]
+            said = broke.summary if broke.status != "returned" else f"raised {broke.value[1].headline}"
+            return record_of(phase, "error", False, f"the model solution's timing child ({side}) {said}", broke)
+    if result.talk is None:
+        return record_of(phase, "crashed", False, "the timing child stopped answering the parent's requests", result)
+    return None
+
+
+def _gather(tally: _Tally, results: dict[str, ChildResult], timed: TimedProcess, seeds: dict[str, int] | None) -> None:
+    """One timing process's figures added to the tally."""
+    value = results["candidate"].value[0]
+    for told in [value] + [results[side].value[0] for side in ("baseline",) if side in results]:
+        for key in ("compile_s", "recompiled_on_new_inputs", "recompiled_while_timed"):
+            if key in told:
+                tally.compiled.setdefault(key, []).append(told[key])
+    children = {id(child): child for child in results.values()}.values()  # one child may serve several sides
+    tally.compiling_s += sum(sum(child.value[0].get("compile_s", {}).values()) for child in children)
+    for key in ("changed_on_import", "changed_by_its_calls"):
+        for line in value.get(key, []):
+            if line not in tally.changed.setdefault(key, []):
+                tally.changed[key].append(line)
+    tally.processes.append(timed)
+    if timed.disturbed:
+        return
+    for key, said in containment(results["candidate"]).items():
+        tally.held[key] = tally.held.get(key, []) + said if isinstance(said, list) else said
+    tally.checked += [
+        {"process": len(tally.processes) - 1, "block": index, "seed": seeds["timed"], "path": block.checked, "step": block.checked_step}
+        for index, block in enumerate(timed.blocks)
+        if block.checked
+    ]
+
+
+def _verdict(estimate: RatioEstimate, budget: float | None, clear_by: float, out_of_time: bool, graded: bool) -> str | None:
+    """The verdict on the interval so far, or None to measure on: an interval over the budget but not yet past it
+    by `clear_by` is measured on while time allows; one straddling it at the end is inconclusive (undecided, graded)."""
+    verdict = judge(estimate, budget) if budget is not None else "measured"
+    if verdict == "over_budget" and estimate.ratio_low < clear_by * budget:
+        verdict = None
+    if verdict is None and out_of_time:
+        verdict = judge(estimate, budget) or ("undecided" if graded else "inconclusive")
+    return verdict
+
+
+def _figures(estimate: RatioEstimate, budget: float | None, tally: _Tally, cpu_threads: Any, started: float) -> dict[str, Any]:
+    samples = tally.processes[-1].samples
     figures = {**estimate.figures(), "budget": budget, "calls_per_sample": samples.calls_per_sample, "cpu_threads": cpu_threads}
-    figures["retaken_pairs"] = sum(p.samples.retaken for p in processes)
-    figures.update(compiled_figures)
+    figures["retaken_pairs"] = sum(p.samples.retaken for p in tally.processes)
+    figures.update(tally.compiled)
     figures["seconds"] = round(time.monotonic() - started, 2)
-    figures.update(clock_figures(processes))
+    figures.update(clock_figures(tally.processes))
+    return figures
+
+
+def _message(verdict: str, estimate: RatioEstimate, budget: float | None, device: str, seconds: float) -> tuple[str, str]:
+    """The interval in words, and the verdict's message."""
     interval = f"{estimate.ratio:.3f}x [{estimate.ratio_low:.3f}, {estimate.ratio_high:.3f}] ({estimate.level:.0%}, {estimate.samples} pairs in {estimate.processes} processes)"
     times = f"{estimate.candidate_s * 1e3:.3f} ms vs {estimate.baseline_s * 1e3:.3f} ms"
     message = {
-        "measured": f"{interval}, {times}; no budget on {settings.device}",
+        "measured": f"{interval}, {times}; no budget on {device}",
         "within_budget": f"{interval}, {times}; within budget {budget}x",
         "over_budget": f"{interval}, {times}; over budget {budget}x",
-        "inconclusive": f"{interval}, {times}; the interval still straddles the budget {budget}x after {figures['seconds']} s",
+        "inconclusive": f"{interval}, {times}; the interval still straddles the budget {budget}x after {seconds} s",
         "undecided": (
-            f"{interval}, {times}; the interval still straddles the budget {budget}x after {figures['seconds']} s: the grader could not tell, "
+            f"{interval}, {times}; the interval still straddles the budget {budget}x after {seconds} s: the grader could not tell, "
             "and a grade must be decisive; grade it again on a quieter machine, or give it longer (speed.grade_max_s)"
         ),
     }[verdict]
-    ok = verdict not in ("over_budget", "undecided")  # inconclusive (a case's own timing) is no failure, but reports show it apart
-    if graded:
-        figures.update(
-            checked_outputs=checked,
-            checked_dir=str(check_dir),
-            timed_blocks=sum(1 for p in processes for b in p.blocks if b.side == "candidate"),
+    return interval, message
+
+
+def _graded_findings(
+    verdict: str,
+    ok: bool,
+    message: str,
+    interval: str,
+    figures: dict[str, Any],
+    tally: _Tally,
+    check_dir: Path | None,
+    cfg: DictConfig,
+    device: str,
+) -> tuple[str, bool, str]:
+    """A grade's figures (the outputs kept for the judge, what its children tried), and what the parent saw beside
+    the samples, which overrides the interval's verdict."""
+    figures.update(
+        checked_outputs=tally.checked,
+        checked_dir=str(check_dir),
+        timed_blocks=sum(1 for p in tally.processes for b in p.blocks if b.side == "candidate"),
+    )
+    figures.update(tally.held)
+    figures.update(tally.changed)
+    # A case whose calls advance the state in their inputs (`carries_state`) never times the same inputs twice: a slow
+    # first call on fresh inputs is work done once per inputs (recompile_limit compiles the new session's block, and a
+    # correct fix may pay more there than the model), not a cache; a cache answering anyway answers stale (the judge sees).
+    seen = anomaly(tally.processes, device, inputs_repeat=not getattr(load_case(cfg.name), "carries_state", False))
+    if seen is not None:
+        verdict, ok, message = seen[0], False, f"{seen[1]} ({interval})"
+    lines = tally.changed.get("changed_on_import", []) + tally.changed.get("changed_by_its_calls", [])
+    if lines:
+        message += (
+            f"; in its own process it changed {'; '.join(lines[:8])}"
+            + (f" and {len(lines) - 8} more" if len(lines) > 8 else "")
+            + " (the model solution, timed apart, was not affected)"
         )
-        figures.update(held)
-        figures.update(changed)
-        # A case whose calls advance the state in their inputs (`carries_state`) never times the same inputs twice: a slow
-        # first call on fresh inputs is work done once per inputs (recompile_limit compiles the new session's block, and a
-        # correct fix may pay more there than the model), not a cache; a cache answering anyway answers stale (the judge sees).
-        seen = anomaly(processes, settings.device, inputs_repeat=not getattr(load_case(cfg.name), "carries_state", False))
-        if seen is not None:
-            verdict, ok, message = seen[0], False, f"{seen[1]} ({interval})"
-        if changed.get("changed_on_import") or changed.get("changed_by_its_calls"):
-            lines = changed.get("changed_on_import", []) + changed.get("changed_by_its_calls", [])
-            message += (
-                f"; in its own process it changed {'; '.join(lines[:8])}"
-                + (f" and {len(lines) - 8} more" if len(lines) > 8 else "")
-                + " (the model solution, timed apart, was not affected)"
-            )
-    return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output)
+    return verdict, ok, message
