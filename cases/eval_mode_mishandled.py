@@ -77,6 +77,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness import compiled as compile_axis
 from harness.cases import WrongResult
 from harness.triage import Sign, TriageSigns
 
@@ -101,9 +102,12 @@ triage_signs = TriageSigns(
 )
 
 compiled_unit = (
-    "the model, as ETHOS-ARES's inference worker compiles it (`th.compile(model)`): the harness compiles the whole "
-    "inference call, the forward of the repeated timelines and the softmax of the last position's logits"
+    "the model, as ETHOS-ARES's inference worker compiles it (`th.compile(model)` once loaded; compiles_itself: `loaded` "
+    "compiles it where the run compiles), called under `inference_mode` as `get_next_token` calls it; the harness cannot "
+    "compile the whole call from outside: dynamo fails on `inference_mode` inside the compiled function (torch 2.13.0, "
+    "BackendCompilerFailed: Cannot set version_counter for inference tensor)"
 )
+compiles_itself = True
 
 
 class Config(NamedTuple):
@@ -213,6 +217,7 @@ class Inputs(NamedTuple):
     model: GPT2LMNoBiasModel  # as load_model_checkpoint returns it: a module just built, in training mode
     timelines: torch.Tensor  # (patients, T) long: each patient's token timeline
     rep_num: int  # each timeline repeated rep_num times, as the worker does
+    compile: dict  # the run's compile mode: the worker compiles the model it loaded (compiles_itself)
 
 
 def make_inputs(cfg, device):
@@ -231,13 +236,19 @@ def make_inputs(cfg, device):
     model = GPT2LMNoBiasModel(config)
     generator = torch.Generator().manual_seed(cfg.seed)
     timelines = torch.randint(0, sizes.vocab, (sizes.patients, sizes.timeline), generator=generator)
-    return Inputs(model=model.to(device).train(), timelines=timelines.to(device), rep_num=sizes.rep_num)
+    return Inputs(
+        model=model.to(device).train(),
+        timelines=timelines.to(device),
+        rep_num=sizes.rep_num,
+        compile={"compile": compile_axis.mode_of(cfg), "kernel_threads": cfg.get("kernel_threads")},
+    )
 
 
 def loaded(x):
     """The model as ETHOS's `load_model_checkpoint` hands it to the worker: a module it has just built, whose
-    `training` flag is True (every nn.Module starts in training mode); nothing in the repository calls eval()."""
-    return x.model.train()
+    `training` flag is True (every nn.Module starts in training mode), nothing in the repository calls eval(); then
+    `model = th.compile(model, disable=no_compile)` as the worker does, where the run compiles."""
+    return compile_axis.compiled(x.model.train(), x.compile)
 
 
 @torch.inference_mode()
