@@ -83,20 +83,60 @@ from harness.triage import Sign, TriageSigns
 
 symptoms = {"cpu": WrongResult(), "cuda": WrongResult()}  # nothing printed: every probability is a dropout draw's
 
+# A silent failure: what users post is prose. The signs are their words for it: dropout still on at inference or
+# evaluation, eval mode forgotten or missing, eval() needed for a correct test because of dropout, a functional dropout
+# or an attention dropout rate that eval mode does not reach; each needs dropout named around it. Not another framework's
+# dropout (Gluon, Keras), not dropout kept on on purpose (Monte Carlo dropout), not BatchNorm's batch of one.
 triage_signs = TriageSigns(
     needs_context=True,
     signs=(
         Sign(
             "failure",
-            r"(?i)dropout\b.{0,60}\b(?:still |is |stays? |remains? |being )?(?:active|enabled|on|applied|used|triggered)\b.{0,40}\b(?:inference|evaluat\w*|eval\b|test\w*|predict\w*|validat\w*)",
+            r"(?i)\bdropouts?\b[^.?!]{0,60}\b(?:still|also|is|are|remains?|stays?|being|gets?|keeps?)\b[^.?!]{0,30}\b(?:active|enabled|on|applied|used|triggered|working|at \d)\b[^.?!]{0,50}\b(?:inference|evaluat\w*|eval\b|test(?:ing)?\b|predict\w*|validat\w*|demo)|\b(?:inference|evaluation|eval|test(?:ing)?|predict\w*|validation)\b[^.?!]{0,40}\bdropouts?\b[^.?!]{0,30}\b(?:still|also)\b[^.?!]{0,15}\b(?:active|enabled|on|applied|used|set|working)\b|\b(?:trigger|appl(?:y|ies)|enable|keep)s?\w*\b[^.?!]{0,10}\bdropouts?\b[^.?!]{0,20}\b(?:during|at|in)\b[^.?!]{0,10}\b(?:inference|evaluation|eval|test(?:ing)?|prediction)",
             0.45,
             "dropout still active at inference or evaluation",
         ),
         Sign(
+            "failure",
+            r"(?i)(?:\bforg[eo]t\w*|\bmiss(?:ed|ing)|\bwithout|\bnever (?:call\w*|set\w*|put\w*|switch\w*)|\bdon't see|\bdo(?:es)? not (?:use|call|set)|\bdoesn't (?:use|call|set)|\bnot (?:in|set to|called?|switched to|put in(?:to)?))\b[^.?!]{0,40}(?:\b(?:\w+\.)?eval\(\)|\beval(?:uation)? mode\b|\btrain\(False\))",
+            0.45,
+            "the model never put in eval mode for inference",
+        ),
+        Sign(
+            "failure",
+            r"(?i)\bdropout\b[^.?!]{0,60}\b(?:use|call|need\w*|requires?|add)\b[^.?!]{0,15}\b(?:\w+\.)?eval\(\)|\beval\(\)[^.?!]{0,40}\b(?:turns? off|disabl\w*|deactivat\w*|switch\w* off|ban)\b[^.?!]{0,20}\bdropout|\bdropout\b[^.?!]{0,40}\b(?:test|evaluation|eval|inference|predictions?|accuracy|results?)\b[^.?!]{0,20}\b(?:won't|will not|isn't|is not|aren't|are not)\b[^.?!]{0,10}\b(?:be )?(?:correct|right|deterministic|reproducible)|\b(?:evaluation|eval|inference) mode\b[^.?!]{0,40}\b(?:turns? off|disabl\w*|deactivat\w*|switch\w* off)\b[^.?!]{0,20}\bdropout|\bdropout\b[^.?!]{0,30}\b(?:when|while) (?:the )?(?:model|module|net\w*) is (?:not training|in eval\w*|evaluat\w*)",
+            0.45,
+            "eval() (eval mode) is needed for a correct evaluation because of dropout",
+        ),
+        Sign(
+            "failure",
+            r"(?i)\beval\(\)[^.?!]{0,20}\b(?:does not|doesn't|won't|cannot|can't|is not able to)\b[^.?!]{0,20}\b(?:turn\w* off|disabl\w*|shut\w* off|affect\w*)\b[^.?!]{0,30}\b(?:dropout\w*|F\.dropout|SDPA|SPDA|scaled_dot_product_attention|dropout_p)\b|\bF\.dropout\([^)]*\)[^.?!]{0,60}\b(?:inference|evaluation|eval\b|test)",
+            0.45,
+            "a dropout that eval mode does not reach: functional, or a rate handed to attention",
+        ),
+        Sign(
             "context",
-            r"(?i)model\.eval\(\)|\.eval\(\)|eval(?:uation)? mode|train\(False\)|self\.training|training=",
-            0.35,
-            "the module's training flag: eval(), train(False), self.training",
+            r"(?i)\bdropout\w*\b|nn\.Dropout|F\.dropout|dropout_p\b",
+            0.3,
+            "dropout in the model",
+        ),
+        Sign(
+            "context",
+            r"(?i)\bmodel\.eval\(\)|\.eval\(\)|\btrain\(False\)|self\.training|\btraining ?=|inference_mode|no_grad|\beval(?:uation)? mode\b",
+            0.3,
+            "the module's mode, or autograd switched off for inference",
+        ),
+        Sign(
+            "support",
+            r"(?i)\b(?:inference|evaluat\w*|predict\w*|test set|validation)\b",
+            0.1,
+            "an inference or an evaluation",
+        ),
+        Sign(
+            "veto",
+            r"(?i)\bgluon\b|autograd\.record|\bmxnet\b|\bkeras\b|tensorflow|\btf\.nn\b|Expected more than 1 value per channel|Monte ?Carlo dropout|\bMC[- ]?dropout\b|lora_dropout",
+            0,
+            "another framework's dropout, dropout kept on at inference on purpose (Monte Carlo), BatchNorm's batch of one, or a LoRA dropout never applied",
         ),
     ),
 )
