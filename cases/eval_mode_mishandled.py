@@ -62,12 +62,17 @@ Fix: `model.eval()` once the model is loaded, before inference (torchtune #1049'
     unconditionally (torchtune #1049's caveat; SDPA drops whenever `dropout_p` > 0): relative error 0.011. Its cost:
     against the same inference with every dropout rate 0 (ETHOS's training.yaml default, `dropout: 0`), the fix is
     free; against the buggy call it is faster (dropout's masks, and attention with dropout leaves SDPA's fused CPU
-    kernel for its math path: the buggy call 2.7x the fix's time here). The slow control, correct: model.eval(),
-    then each of the 80 repetitions through the model alone, a batch of 1.
+    kernel for its math path: the buggy call 2.7x the fix's time here): 1.094x [1.006, 1.189] and 0.997x [0.973,
+    1.022] eager, 1.040x [0.931, 1.161] and 0.994x [0.948, 1.041] compiled (torch 2.13.0, a loaded 2-core CPU, one
+    thread; budget 1.2). The slow control, correct: model.eval(), then each of the 80 repetitions through the model
+    alone, a batch of 1: 3.405x [2.063, 5.618] and 2.777x [2.267, 3.403] eager, 2.049x [1.730, 2.426] and 2.113x
+    [1.829, 2.442] compiled.
 
-Compiled: the harness compiles the whole inference call (the model's forward over each patient's repeated timeline
-    and the softmax), as the worker compiles the model (`th.compile(model)`); in training mode inductor generates the
-    dropout masks from its own random stream, as wrong.
+Compiled: the model, as the worker compiles it (`th.compile(model)` once loaded), called under `inference_mode`
+    (compiles_itself: `loaded` compiles it where the run compiles); in training mode inductor generates the dropout
+    masks from its own random stream, as wrong, and eval mode recompiles once. The whole call cannot be compiled from
+    outside: dynamo fails on the `inference_mode` inside it (torch 2.13.0: `BackendCompilerFailed: backend='inductor'
+    raised: RuntimeError: Cannot set version_counter for inference tensor`, at the timelines' indexing).
 """
 
 import math
