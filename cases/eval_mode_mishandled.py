@@ -308,15 +308,28 @@ def next_token_probs(model, x):
     return {"probs": torch.stack(out)}
 
 
+def handed_back(model, out):
+    """The evaluation's output and the mode it hands the model back in: ETHOS estimates the loss during training with
+    the same model (#20: "as well as during loss estimation while training"), and training goes on from that mode."""
+    return {**out, "training_after": torch.tensor(model.training)}
+
+
 def buggy(x):
     """ETHOS-ARES: under `@th.inference_mode`, the model as loaded, in training mode."""
-    return next_token_probs(loaded(x), x)
+    model = loaded(x)
+    return handed_back(model, next_token_probs(model, x))
 
 
 def fixed(x):
     """model.eval() once the model is loaded (torchtune #1049's line, what #20 asks for): every nn.Dropout an
-    identity, SDPA's `dropout_p` 0."""
-    return next_token_probs(loaded(x).eval(), x)
+    identity, SDPA's `dropout_p` 0; then back to training mode, for the training that goes on."""
+    model = loaded(x)
+    model.eval()
+    try:
+        out = next_token_probs(model, x)
+    finally:
+        model.train()
+    return handed_back(model, out)
 
 
 def reference(x):
@@ -346,7 +359,10 @@ def reference(x):
         h = h + (0.5 * u * (1 + torch.erf(u / math.sqrt(2)))) @ p[pre + "mlp.c_proj.weight"].T
     last = layer_norm(h[:, -1], p["transformer.ln_f.weight"])  # (P, C)
     probs = (last @ p["transformer.wte.weight"].T).softmax(-1)  # (P, V): the head is tied to the token embedding
-    return {"probs": probs.float()[:, None].expand(P, x.rep_num, cfg.vocab_size)}
+    return {
+        "probs": probs.float()[:, None].expand(P, x.rep_num, cfg.vocab_size),
+        "training_after": torch.tensor(True),  # loaded in training mode, handed back in it
+    }
 
 
 def speed_baseline(x):
@@ -362,7 +378,7 @@ def speed_baseline(x):
     for m in attns:
         m.dropout = 0.0
     try:
-        return next_token_probs(model, x)
+        return handed_back(model, next_token_probs(model, x))
     finally:
         for m, p in zip(dropouts, rates[0]):
             m.p = p
@@ -377,8 +393,9 @@ def no_grad_only(x):
     """`torch.no_grad()` around the inference, the model left as loaded: the decorator the thread names, which
     "only disable[s] gradient computation [...] and don't set the model to evaluation mode"
     (https://github.com/ipolharvard/ethos-ares/issues/20); ETHOS already ran under inference_mode."""
+    model = loaded(x)
     with torch.no_grad():
-        return next_token_probs(loaded(x), x)
+        return handed_back(model, next_token_probs(model, x))
 
 
 def mlp_forward_functional_dropout(self, x):
@@ -389,17 +406,21 @@ def mlp_forward_functional_dropout(self, x):
 
 
 def eval_with_functional_dropout(x):
-    """model.eval(), the MLPs calling `F.dropout(x, p)` (the line of https://github.com/facebookresearch/DME/issues/3):
-    eval mode does not reach a functional call, whose default is `training=True`."""
-    model = loaded(x).eval()
+    """The fix's eval() and train(), the MLPs calling `F.dropout(x, p)` (the line of
+    https://github.com/facebookresearch/DME/issues/3): eval mode does not reach a functional call, whose default is
+    `training=True`."""
+    model = loaded(x)
     mlps = [block.mlp for block in model.transformer.h]
     for mlp in mlps:
         mlp.forward = mlp_forward_functional_dropout.__get__(mlp)
+    model.eval()
     try:
-        return next_token_probs(model, x)
+        out = next_token_probs(model, x)
     finally:
+        model.train()
         for mlp in mlps:
             del mlp.forward
+    return handed_back(model, out)
 
 
 def attention_forward_unconditional_dropout_p(self, x):
@@ -413,23 +434,36 @@ def attention_forward_unconditional_dropout_p(self, x):
 
 
 def eval_with_sdpa_dropout_p(x):
-    """model.eval(), the attention passing its dropout rate to SDPA unconditionally: the caveat of
+    """The fix's eval() and train(), the attention passing its dropout rate to SDPA unconditionally: the caveat of
     https://github.com/meta-pytorch/torchtune/pull/1049, "SPDA dropout is not able to be turned off by `model.eval()`"."""
-    model = loaded(x).eval()
+    model = loaded(x)
     attns = [block.attn for block in model.transformer.h]
     for attn in attns:
         attn.forward = attention_forward_unconditional_dropout_p.__get__(attn)
+    model.eval()
     try:
-        return next_token_probs(model, x)
+        out = next_token_probs(model, x)
     finally:
+        model.train()
         for attn in attns:
             del attn.forward
+    return handed_back(model, out)
+
+
+def eval_never_switched_back(x):
+    """model.eval() before the inference and nothing after: the predictions right, the model left in eval mode, so the
+    training that goes on runs without dropout (https://github.com/udacity/deep-learning-v2-pytorch/pull/397, the
+    review: "The `model.train()` needs to be added back if we're going to use `model.eval()`")."""
+    model = loaded(x)
+    model.eval()
+    return handed_back(model, next_token_probs(model, x))
 
 
 bad_fixes = {
     "no_grad_only": no_grad_only,
     "eval_with_functional_dropout": eval_with_functional_dropout,
     "eval_with_sdpa_dropout_p": eval_with_sdpa_dropout_p,
+    "eval_never_switched_back": eval_never_switched_back,
 }
 
 
@@ -439,13 +473,15 @@ bad_fixes = {
 def one_repetition_at_a_time(x):
     """Correct and careless: model.eval(), then each of the rep_num copies of a timeline through the model alone, a
     batch of 1: rep_num x patients forwards for patients."""
-    model = loaded(x).eval()
+    model = loaded(x)
+    model.eval()
     out = []
     with torch.inference_mode():
         for timeline in x.timelines:
             rows = [F.softmax(model(timeline[None])[:, -1, :], dim=-1) for _ in range(x.rep_num)]
             out.append(torch.cat(rows))
-    return {"probs": torch.stack(out)}
+    model.train()
+    return handed_back(model, {"probs": torch.stack(out)})
 
 
 slow_fixes = {"one_repetition_at_a_time": one_repetition_at_a_time}
