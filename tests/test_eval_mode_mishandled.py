@@ -52,9 +52,19 @@ def test_the_fix_makes_the_repetitions_equal_and_matches_the_reference(x, want):
     assert torch.equal(got["probs"], case.fixed(x)["probs"])
 
 
-def test_the_alternative_matches_and_hands_the_model_back_in_training_mode(x, want):
-    assert compare(alternative(x), want, **TOLERANCE)["match"]
-    assert x.model.training
+def test_the_fix_and_the_alternative_hand_the_model_back_in_training_mode(x, want):
+    for solution in (case.fixed, alternative):
+        got = solution(x)
+        assert compare(got, want, **TOLERANCE)["match"]
+        assert bool(got["training_after"]) and all(m.training for m in x.model.modules())
+
+
+def test_eval_never_switched_back_predicts_right_and_leaves_training_without_dropout(x, want):
+    got = case.eval_never_switched_back(x)
+    assert torch.allclose(got["probs"], want["probs"], **TOLERANCE)
+    assert not bool(got["training_after"]) and not x.model.training
+    h = torch.ones(1, 4, 64)
+    assert torch.equal(x.model.transformer.h[0].mlp.dropout(h), h)  # what the next training step's dropout does
 
 
 def test_functional_dropout_ignores_the_module_s_mode():
@@ -76,12 +86,12 @@ def test_functional_dropout_ignores_the_module_s_mode():
 )
 def test_each_bad_fix_is_wrong_by_the_docstring_s_figure(x, want, name, low, high):
     got = case.bad_fixes[name](x)
-    assert not compare(got, want, **TOLERANCE)["match"]
+    assert not compare(got, want, **TOLERANCE)["match"] and bool(got["training_after"])
     assert low < relative(got, want) < high  # measured 0.10, 0.050, 0.011
 
 
 def test_the_bad_fixes_leave_the_model_s_own_forwards_in_place(x):
-    for name in case.bad_fixes:
+    for name in ("eval_with_functional_dropout", "eval_with_sdpa_dropout_p"):
         case.bad_fixes[name](x)
     block = x.model.transformer.h[0]
     assert "forward" not in vars(block.mlp) and "forward" not in vars(block.attn)
