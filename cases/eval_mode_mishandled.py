@@ -67,11 +67,10 @@ Fix: `model.eval()` once the model is loaded, before inference (torchtune #1049'
     an upstream fix, is rejected the same way (its eval recipe ends there; docs/history/upstream_fixes.md). Its cost:
     against the same inference with every dropout rate 0 (ETHOS's training.yaml default, `dropout: 0`), the fix is
     free; against the buggy call it is faster (dropout's masks, and attention with dropout leaves SDPA's fused CPU
-    kernel for its math path: the buggy call 2.7x the fix's time here): 1.094x [1.006, 1.189] and 0.997x [0.973,
-    1.022] eager, 1.040x [0.931, 1.161] and 0.994x [0.948, 1.041] compiled (torch 2.13.0, a loaded 2-core CPU, one
-    thread; budget 1.2). The slow control, correct: model.eval(), then each of the 80 repetitions through the model
-    alone, a batch of 1: 3.405x [2.063, 5.618] and 2.777x [2.267, 3.403] eager, 2.049x [1.730, 2.426] and 2.113x
-    [1.829, 2.442] compiled.
+    kernel for its math path: the buggy call 2.7x the fix's time here): 1.002x [0.898, 1.117] and 0.995x [0.881,
+    1.124] eager, 0.990x [0.862, 1.137] compiled (torch 2.13.0, a loaded 2-core CPU, one thread; budget 1.2). The
+    slow control, correct: model.eval(), then each of the 80 repetitions through the model alone, a batch of 1:
+    2.635x [2.551, 2.721] and 2.665x [1.915, 3.708] eager, 1.917x [1.722, 2.134] compiled.
 
 Compiled: the model, as the worker compiles it (`th.compile(model)` once loaded), called under `inference_mode`
     (compiles_itself: `loaded` compiles it where the run compiles); in training mode inductor generates the dropout
