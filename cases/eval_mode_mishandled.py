@@ -53,24 +53,24 @@ Fix: `model.eval()` once the model is loaded, before inference (torchtune #1049'
     nn.Dropout an identity, the attention's `dropout_p` 0, the repetitions of a timeline equal; then `model.train()`,
     for the training that goes on. Also correct (the alternative in tests/fixes/alternatives/): only the modules that
     read the flag (each nn.Dropout, the attention) set out of training for the inference and back after it. The
-    reference is independent of both: the forward written out in float64
-    from the parameters with no dropout at all (LayerNorm, the causal softmax attention and the erf GELU by hand),
-    the softmax of the last position's logits, repeated rep_num times, and training mode after. Wrong ones, each rejected: `torch.no_grad()`
-    around the inference (what the thread says does not help): the buggy code's error, relative 0.10; `model.eval()`
-    with the MLP's dropout written `F.dropout(x, p)` (its default `training=True` ignores the module's mode; the line
-    of https://github.com/facebookresearch/DME/issues/3, "It seems that this line will trigger dropout during
-    inference"): relative error 0.05; `model.eval()` with the attention passing `dropout_p=self.dropout` to SDPA
-    unconditionally (torchtune #1049's caveat; SDPA drops whenever `dropout_p` > 0): relative error 0.011; `model.eval()`
-    and never `train()` after (the review of https://github.com/udacity/deep-learning-v2-pytorch/pull/397: "The
-    `model.train()` needs to be added back if we're going to use `model.eval()`"): the predictions right, the model
-    handed back in eval mode, where the next training step runs without dropout; torchtune #1049's own line, graded as
-    an upstream fix, is rejected the same way (its eval recipe ends there; docs/history/upstream_fixes.md). Its cost:
-    against the same inference with every dropout rate 0 (ETHOS's training.yaml default, `dropout: 0`), the fix is
-    free; against the buggy call it is faster (dropout's masks, and attention with dropout leaves SDPA's fused CPU
-    kernel for its math path: the buggy call 2.7x the fix's time here): 1.002x [0.898, 1.117] and 0.995x [0.881,
-    1.124] eager, 0.990x [0.862, 1.137] compiled (torch 2.13.0, a loaded 2-core CPU, one thread; budget 1.2). The
-    slow control, correct: model.eval(), then each of the 80 repetitions through the model alone, a batch of 1:
-    2.635x [2.551, 2.721] and 2.665x [1.915, 3.708] eager, 1.917x [1.722, 2.134] compiled.
+    reference is independent of both: the forward written out in float64 from the parameters with no dropout at all
+    (LayerNorm, the causal softmax attention and the erf GELU by hand), the softmax of the last position's logits,
+    repeated rep_num times, and training mode after. Wrong ones, each rejected: `torch.no_grad()` around the inference
+    (what the thread says does not help): the buggy code's error, relative 0.10; `model.eval()` with the MLP's dropout
+    written `F.dropout(x, p)` (its default `training=True` ignores the module's mode; the line of
+    https://github.com/facebookresearch/DME/issues/3, "It seems that this line will trigger dropout during inference"):
+    relative error 0.05; `model.eval()` with the attention passing `dropout_p=self.dropout` to SDPA unconditionally
+    (torchtune #1049's caveat; SDPA drops whenever `dropout_p` > 0): relative error 0.011; `model.eval()` and never
+    `train()` after (the review of https://github.com/udacity/deep-learning-v2-pytorch/pull/397: "The `model.train()`
+    needs to be added back if we're going to use `model.eval()`"): the predictions right, the model handed back in eval
+    mode, where the next training step runs without dropout; torchtune #1049's own line, graded as an upstream fix, is
+    rejected the same way (its eval recipe ends there; docs/history/upstream_fixes.md). Its cost: against the same
+    inference with every dropout rate 0 (ETHOS's training.yaml default, `dropout: 0`), the fix is free; against the
+    buggy call it is faster (dropout's masks, and attention with dropout leaves SDPA's fused CPU kernel for its math
+    path: the buggy call 2.7x the fix's time here): 1.002x [0.898, 1.117] and 0.995x [0.881, 1.124] eager, 0.990x
+    [0.862, 1.137] compiled (torch 2.13.0, a loaded 2-core CPU, one thread; budget 1.2). The slow control, correct:
+    model.eval(), then each of the 80 repetitions through the model alone, a batch of 1: 2.635x [2.551, 2.721] and
+    2.665x [1.915, 3.708] eager, 1.917x [1.722, 2.134] compiled.
 
 Compiled: the model, as the worker compiles it (`th.compile(model)` once loaded), called under `inference_mode`
     (compiles_itself: `loaded` compiles it where the run compiles); in training mode inductor generates the dropout
