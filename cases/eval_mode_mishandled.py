@@ -2,21 +2,21 @@
 
 Upstream: https://github.com/ipolharvard/ethos-ares/issues/20 ("Dropout active during inference and evaluation?",
     lukkch, 2026-02-16; ethos-ares as of the snapshot read here, 2d54383 of 2025-10-02; device and torch version not
-    stated, the training script asks for 8 GPUs): "As i don't see a model.eval() call anywhere in the repo, i'm pretty sure the dropout units are
-    active during inference as well as during loss estimation while training. The @torch.inference_mode() and
-    @torch.no_grad() decorators only disable gradient computation/reduce resource utilization, and don't set the model
-    to evaluation mode." The maintainer (prenc, 2026-02-17): "Good catch! This is definitely a bug. The code in this
-    repo was used to generate the results reported in the ETHOS-ARES paper", with a spreadsheet of the downstream
-    tasks "after fixing this and several other issues" (the fix itself is not in that snapshot).
-    In that snapshot `scripts/run_training.sh` trains with `DROPOUT=0.3` (embedding, residual and attention
-    dropout alike); `load_model_checkpoint` (src/ethos/utils.py) builds `GPT2LMNoBiasModel` and loads the state
-    dict, nothing calls `eval()`; the inference worker (src/ethos/inference/inference.py) repeats each timeline
-    `rep_num` times and calls `get_next_token`, decorated `@th.inference_mode`, whose softmax of the last
-    position's logits is the distribution each next token is drawn from. The fix, as
-    https://github.com/meta-pytorch/torchtune/pull/1049 ("Put model in eval mode for evaluation", merged 2024) made it
-    for torchtune's eval recipe: `model.eval()` ("model.eval only acts on specific layers that act different between
-    training and eval, like `Dropout`"), with its caveat: "SPDA dropout is not able to be turned off by
-    `model.eval()` as per" pytorch/pytorch issue 124464 (https://github.com/pytorch/pytorch/issues/124464).
+    stated, the training script asks for 8 GPUs): "As i don't see a model.eval() call anywhere in the repo, i'm pretty
+    sure the dropout units are active during inference as well as during loss estimation while training. The
+    @torch.inference_mode() and @torch.no_grad() decorators only disable gradient computation/reduce resource
+    utilization, and don't set the model to evaluation mode." The maintainer (prenc, 2026-02-17): "Good catch! This is
+    definitely a bug. The code in this repo was used to generate the results reported in the ETHOS-ARES paper", with a
+    spreadsheet of the downstream tasks "after fixing this and several other issues" (the fix itself is not in that
+    snapshot). In that snapshot `scripts/run_training.sh` trains with `DROPOUT=0.3` (embedding, residual and attention
+    dropout alike); `load_model_checkpoint` (src/ethos/utils.py) builds `GPT2LMNoBiasModel` and loads the state dict,
+    nothing calls `eval()`; the inference worker (src/ethos/inference/inference.py) repeats each timeline `rep_num`
+    times and calls `get_next_token`, decorated `@th.inference_mode`, whose softmax of the last position's logits is the
+    distribution each next token is drawn from. The fix, as https://github.com/meta-pytorch/torchtune/pull/1049 ("Put
+    model in eval mode for evaluation", merged 2024) made it for torchtune's eval recipe: `model.eval()` ("model.eval
+    only acts on specific layers that act different between training and eval, like `Dropout`"), with its caveat: "SPDA
+    dropout is not able to be turned off by `model.eval()` as per" pytorch/pytorch issue 124464
+    (https://github.com/pytorch/pytorch/issues/124464).
 
 Fidelity: faithful in the model and the call: ETHOS-ARES's `GPT2LMNoBiasModel` (src/ethos/model.py, re-typed:
     token and position embeddings, embedding dropout, pre-LayerNorm blocks without biases, SDPA attention with
