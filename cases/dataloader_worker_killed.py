@@ -23,13 +23,13 @@ Fidelity: faithful in the mechanism and the structure: the annotations as T4's i
     that live through the epoch (`persistent_workers=False`, as #78 had it: "The persistence worker is already set
     to **False** when this issue happened"; each epoch's iterator starts its workers, which live until its end), and
     the merged fix re-typed (pickle.dumps per sample, one buffer, int64
-    offsets, pickle.loads of a memoryview slice). Synthetic: the annotations are seeded draws (6,000 frames,
-    5-40 instances each: ~60 MiB of Python objects, not a real T4 annotation file), two workers, not 32 (CI has
+    offsets, pickle.loads of a memoryview slice). Synthetic: the annotations are seeded draws (6,400 frames,
+    5-40 instances each: ~64 MiB of Python objects, not a real T4 annotation file), two workers, not 32 (CI has
     two cores), the point cloud a seeded draw in place of the file it names, no images and no transforms: an
     item is the frame's boxes, labels and camera matrices as tensors. A step is 32 batches of 16 frames, one
     slice of an epoch: the iterator and its workers carry from step to step. The memory phases measure 8 steps after
-    one warm-up, 4,608 of the epoch's 6,000 frames, so every measured step meets the first epoch's workers, as
-    persistent workers would: with `persistent_workers=True` (as the case ran before, 4 steps) the buggy workers grew
+    one warm-up, 4,608 of the epoch's 6,400 frames (a graded fix up to 11, 6,144 frames), so every measured step
+    meets the first epoch's workers, as persistent workers would: with `persistent_workers=True` (as the case ran before, 4 steps) the buggy workers grew
     6.66 MiB a step [6.24, 7.09], with False 6.76 [6.33, 7.19] (torch 2.13.0, two runs in a row on this 2-core
     machine, loaded). The growth is measured, never waited for: no process is killed here.
 

@@ -77,20 +77,30 @@ def measure_on_cuda_in_child(steps: int, *, connection):
     memory.serve_steps(connection, lambda s: s["kept"].append(torch.ones(MIB // 4, device="cuda")), state, "cuda", steps, 1)
 
 
-def _worker(connection, grow: bool) -> None:
+def _worker(connection, how: str) -> None:
     kept = []
+    if how == "maps_a_file":
+        import tempfile
+
+        with tempfile.TemporaryFile() as file:  # written now: its pages are in the page cache, mapped by no one yet
+            file.write(b"\1" * (64 * MIB))
+            file.flush()
+            mapped = mmap.mmap(file.fileno(), 64 * MIB, prot=mmap.PROT_READ)
     while connection.recv() == "step":
-        if grow:
+        if how == "keeps":
             kept.append(bytearray(b"\1" * MIB))  # 1 MiB written in the worker each step
+        elif how == "maps_a_file":  # 1 MiB more of a file's pages read through a mapping each step: page cache, not a copy
+            start = len(kept) * MIB
+            kept.append(sum(mapped[offset] for offset in range(start, start + MIB, mmap.PAGESIZE)))
         connection.send("done")
 
 
-def _step_in_a_worker(state, grow: bool):
+def _step_in_a_worker(state, how: str):
     if "worker" not in state:  # started in the warm-up, as a DataLoader starts its workers on the first batch
         import multiprocessing
 
         ours, theirs = multiprocessing.get_context("fork").Pipe()
-        state["worker"] = multiprocessing.get_context("fork").Process(target=_worker, args=(theirs, grow), daemon=True)
+        state["worker"] = multiprocessing.get_context("fork").Process(target=_worker, args=(theirs, how), daemon=True)
         state["worker"].start()
         state["to_worker"] = ours
     state["to_worker"].send("step")
@@ -98,8 +108,12 @@ def _step_in_a_worker(state, grow: bool):
 
 
 def worker_keeps_one_mib(state):
-    _step_in_a_worker(state, True)
+    _step_in_a_worker(state, "keeps")
 
 
 def worker_keeps_nothing(state):
-    _step_in_a_worker(state, False)
+    _step_in_a_worker(state, "nothing")
+
+
+def worker_maps_one_mib_of_a_file(state):
+    _step_in_a_worker(state, "maps_a_file")

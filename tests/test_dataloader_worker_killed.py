@@ -11,6 +11,8 @@ import torch
 
 from cases import dataloader_worker_killed as case
 from harness.cases import ROOT
+from harness.phases.memory import GRADED_EXTRA_STEPS
+from tests.conftest import compose_config
 
 
 def test_every_dataset_gives_the_same_items_but_the_capped_one():
@@ -22,6 +24,17 @@ def test_every_dataset_gives_the_same_items_but_the_capped_one():
             assert all(torch.equal(item[key], items[0][key]) for key in items[0])
     crowded = next(i for i, info in enumerate(infos) if len(info["instances"]) > case.CappedColumnsDataset.CAP)
     assert not torch.equal(case.CappedColumnsDataset(infos, 40)[crowded]["labels"], case.ListDataset(infos, 40)[crowded]["labels"])
+
+
+def test_a_grades_memory_steps_lie_within_the_first_epoch():
+    """Every call of the memory phase reads the first epoch's workers: a graded fix's warm-up and its most steps (the
+    case's, plus the GRADED_EXTRA_STEPS a grade may add) fit in one epoch. At 6,000 frames the 11th step of a grade
+    crossed the epoch's end; new workers replaced the old ones within it, and the starter's growth read 3.09 MiB/step
+    [-1.62, 7.80] against a budget of 0.75: undecided, not over_budget (CI, 2026-11-27)."""
+    cfg = compose_config("case=dataloader_worker_killed", "device=cpu")
+    calls = cfg.memory.warmup + cfg.case.memory.steps + GRADED_EXTRA_STEPS
+    batches_in_epoch = cfg.case.sizes.frames // cfg.case.loader.batch_size
+    assert calls * cfg.case.loader.batches_per_step <= batches_in_epoch
 
 
 def _data_workers() -> list[int]:

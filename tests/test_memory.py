@@ -65,6 +65,14 @@ def test_a_worker_process_that_keeps_one_mib_a_step_is_measured_in_the_worker():
     assert verdict.status == "over_budget" and verdict.series == "workers_pss", verdict
 
 
+def test_a_worker_s_share_of_the_page_cache_of_a_file_it_maps_is_kept_apart_from_its_growth():
+    """File-backed pages a worker maps are page cache every process mapping the file shares (libtorch's, on a loaded
+    machine, moved a worker's PSS by MiBs as other processes came and went): figures, not the judged series."""
+    mapped = measured("worker_maps_one_mib_of_a_file")
+    assert 0.95 * MIB <= memory.fit_slope(mapped.workers["pss_file"], 0.95).per_step <= 1.1 * MIB, mapped.figures()
+    assert abs(mapped.fits["workers_pss"].per_step) < 0.05 * MIB, mapped.figures()
+
+
 def test_the_verdict_flags_a_step_that_keeps_its_graph_and_passes_a_flat_one():
     baseline = measured("training_step")
     flat = measured("training_step")

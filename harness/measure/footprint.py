@@ -26,8 +26,15 @@ Sources, per device:
           peak is the mark.
 
 Processes the child starts (DataLoader workers) are measured where their memory grows: after each step the parent
-sums the proportional set size of every descendant of the child (`workers_memory`, /proc/<pid>/smaps_rollup), a
-series ("workers_pss") judged beside the child's own; the unique set size, the pages a worker copied, is kept too.
+sums the proportional set size of every descendant of the child (`workers_memory`, /proc/<pid>/smaps_rollup), less
+its file-backed part, a series ("workers_pss") judged beside the child's own; the unique set size, the pages a worker
+copied, is kept too, and so is the file-backed PSS. That part is left out of the judged series because it is not the
+workers' to keep: it is their share of the page cache of the files they map (libtorch, libpython, numpy's
+libraries), which every process on the machine that maps the same files shares, so it moves when an unrelated process
+starts or exits. On a loaded 2-core machine it wandered by 1-2 MiB within a run (dataloader_worker_killed's flat
+fixes and numpy columns, torch 2.13.0), and once jumped 4.4 MiB in one step: a flat fix read 1.0 MiB/step [0.63, 1.37]
+against its budget of 0.75, undecided. What a worker copies on write, anonymous memory (and shared memory, tmpfs),
+stays in.
 The workers are the child's: the isolation layer bounds them in time and kills whatever the child leaves.
 
 Figures are bytes above the level before the first measured step: `retained[i]` after step i, `peak[i]` the
@@ -116,26 +123,29 @@ def resident(pid: int) -> dict[str, int]:
 
 def workers_memory(pid: int) -> dict[str, int]:
     """The memory of every process `pid` started and its own started (DataLoader workers, ranks), summed: the
-    proportional set size (`pss`: each shared page divided among the processes that map it, so the sum is what they
-    cost together) and the unique set size (`uss`: pages no other process maps, the copies a worker made of pages it
+    proportional set size less its file-backed part (`pss`: each shared anonymous or shared-memory page divided among
+    the processes that map it, so the sum is what they cost together; the whole PSS where the kernel does not report
+    Pss_File: kernels older than 5.9), that file-backed part (`pss_file`: their share of the page cache of mapped files, see
+    the module doc), and the unique set size (`uss`: pages no other process maps, the copies a worker made of pages it
     shared with its parent), from /proc/<pid>/smaps_rollup (Linux >= 4.14); empty when it started none. A process
     that exits between the listing and the reading is left out."""
-    pss = uss = workers = 0
+    pss = pss_file = uss = workers = 0
     for worker in descendants_of(pid):
         found = {}
         try:
             with open(f"/proc/{worker}/smaps_rollup") as rollup:
                 for line in rollup:
                     key, _, value = line.partition(":")
-                    if key in ("Pss", "Private_Clean", "Private_Dirty"):
+                    if key in ("Pss", "Pss_File", "Private_Clean", "Private_Dirty"):
                         found[key] = int(value.split()[0]) * 1024
         except (OSError, ValueError):
             continue
         if "Pss" in found:
             workers += 1
-            pss += found["Pss"]
+            pss += found["Pss"] - found.get("Pss_File", 0)
+            pss_file += found.get("Pss_File", 0)
             uss += found.get("Private_Clean", 0) + found.get("Private_Dirty", 0)
-    return {"workers": workers, "pss": pss, "uss": uss} if workers else {}
+    return {"workers": workers, "pss": pss, "pss_file": pss_file, "uss": uss} if workers else {}
 
 
 def reset_peak(pid: int) -> bool:
@@ -244,7 +254,8 @@ class StepMemory:
     peak: list[int]  # the highest during each step: resident high-water mark (cpu) or max allocated (cuda)
     rss_retained: list[int] | None  # cpu: the resident set after each step
     fits: dict[str, Slope]  # the slope of each retained series: "malloc" and "rss" (cpu), "allocated" (cuda), "workers_pss"
-    workers: dict[str, list[int]] | None = None  # the processes it started (DataLoader workers): count, summed PSS and USS after each step
+    workers: dict[str, list[int]] | None = None  # the processes it started (DataLoader workers), after each step: count,
+    # summed PSS less its file-backed part ("pss", the judged series), the file-backed PSS ("pss_file") and the USS
 
     @property
     def growth_series(self) -> str:
@@ -297,15 +308,16 @@ def step_memory(talked: dict[str, Any], device: str, level: float) -> StepMemory
 
 
 def _workers_series(rows: list[dict[str, Any]]) -> dict[str, list[int]] | None:
-    """The workers' summed PSS and USS after each step, above their level before the first measured step; None where
-    the function started no process that lived through every step (a worker measured after some steps only is no
-    series: its growth cannot be told from its birth)."""
+    """The workers' summed PSS (less its file-backed part), file-backed PSS and USS after each step, above their level
+    before the first measured step; None where the function started no process that lived through every step (a
+    worker measured after some steps only is no series: its growth cannot be told from its birth)."""
     if not rows[0].get("workers_before") or not all(row.get("workers") for row in rows):
         return None
     first = rows[0]["workers_before"]
     return {
         "count": [row["workers"]["workers"] for row in rows],
         "pss": [row["workers"]["pss"] - first["pss"] for row in rows],
+        "pss_file": [row["workers"]["pss_file"] - first["pss_file"] for row in rows],
         "uss": [row["workers"]["uss"] - first["uss"] for row in rows],
     }
 

@@ -71,6 +71,9 @@ def memory_budget(cfg: DictConfig, device: str) -> dict[str, float] | None:
 
 _BASELINES: dict[str, Any] = {}  # the baseline's measurement, per config, within one run of the harness
 
+GRADED_EXTRA_STEPS = 3  # a graded fix runs `memory.steps` plus 0 to this many steps, drawn: a case whose inputs run out
+# (an epoch's end, where a DataLoader's workers are replaced) must fit warmup + steps + this many calls before it
+
 
 def memory_judged(phase: str, candidate: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     measured = measure_pair(phase, candidate, cfg, settings)
@@ -134,7 +137,7 @@ def measure_pair(phase: str, candidate: str, cfg: DictConfig, settings: Settings
 def _memory_steps(cfg: DictConfig, settings: Settings) -> int:
     steps = int(OmegaConf.select(cfg, "memory.steps") or settings.memory.steps)
     if submission_of(cfg) is not None:  # a submitted fix cannot know which call is the last one measured
-        steps += secrets.randbelow(4)
+        steps += secrets.randbelow(GRADED_EXTRA_STEPS + 1)
     return steps
 
 
