@@ -73,14 +73,14 @@ def test_retie_with_data_shares_storage_but_steps_two_parameters(x, want):
     assert int(got["distinct_parameters"]) == 25 and not bool(got["head_is_embedding"])
     assert torch.equal(got["param"]["output.weight"], got["param"]["tok_embeddings.weight"])  # one storage
     result = compare(got, want, **TOLERANCE)
-    assert not result["match"] and result["tolerance_excess"] > 10  # measured 32x
+    assert not result["match"] and result["tolerance_excess"] > 10  # measured 34x
 
 
 def test_copying_the_values_after_init_trains_two_tensors_apart(x, want):
     got = case.copy_values_after_init(x)
     assert not torch.allclose(got["param"]["output.weight"], got["param"]["tok_embeddings.weight"])
     result = compare(got, want, **TOLERANCE)
-    assert not result["match"] and result["tolerance_excess"] > 10  # measured 63x
+    assert not result["match"] and result["tolerance_excess"] > 10  # measured 66x
 
 
 def test_the_fix_the_alternative_and_the_slow_control_match_the_model_built_on_the_cpu(x, want):
