@@ -74,9 +74,11 @@ Fix: re-tie after materialising, before initialising and before the optimizer is
     steps, max |diff| 6.9e-3, 34x the tolerance); copying the values after init (a generic attempt: `tok_embeddings.weight.copy_(
     output.weight)`): equal at the start, two parameters trained apart (25 parameters; the embedding 1.8% off, the head 1.2%, max |diff|
     7.5e-3, 66x the tolerance).
-    Its cost: one attribute assignment; the run with it steps one tensor fewer: 0.98x [0.93, 1.03] of the buggy run
-    eager (budget 1.15). The slow control, correct: each sequence through the model alone, the gradients
-    accumulated: 2.3x.
+    Its cost: one attribute assignment, and one tensor fewer for AdamW to step: 1.020x [0.985, 1.056] of the buggy run
+    eager (torch 2.13.0, this loaded 2-core CPU, one thread; budget 1.15; at 20 s of timing one run came out 1.038x
+    [0.849, 1.270], undecided, hence `speed.max_s` 60). The slow control, correct: each step's 16 sequences through
+    the model one at a time, each loss over the batch size backpropagated (the batch's gradient in 16 forwards and
+    backwards for 1): 2.752x [2.422, 3.127] eager, its low end 2.1x the budget.
 
 Compiled: the model's forward and loss compiled (`compiles_itself`: each call builds its own model), as a user
     `torch.compile`s the model; building on meta, `to_empty`, the tie and the optimizer stay Python around it. The
