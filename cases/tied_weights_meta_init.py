@@ -82,7 +82,9 @@ Fix: re-tie after materialising, before initialising and before the optimizer is
 
 Compiled: the model's forward and loss compiled (`compiles_itself`: each call builds its own model), as a user
     `torch.compile`s the model; building on meta, `to_empty`, the tie and the optimizer stay Python around it. The
-    same silent result: the parameters are two before anything is compiled.
+    same silent result: the parameters are two before anything is compiled (torch 2.13.0, inductor: the same wrong
+    numbers as eager; the fix 0.970x [0.821, 1.146] of the buggy run; the slow control 1.754x [1.573, 1.957], its low
+    end 1.37x the budget: a compiled forward costs less per sequence than an eager one).
 """
 
 from typing import NamedTuple
