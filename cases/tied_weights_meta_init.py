@@ -2,27 +2,27 @@
 
 Upstream: https://github.com/pytorch/torchtitan/issues/2252 ("Weight tying not working", francesco-bertolotti,
     2026-01-19, Qwen3 in torchtitan at 09c6d74b; device and torch version not stated): "The weight tying logic would
-    work as expected if the model were already materialized on a device. However, at this point the model is still
-    on the `meta` device. When materialization later occurs, both `model.output` and `model.tok_embeddings` are
+    work as expected if the model were already materialized on a device. However, at this point the model is still on
+    the `meta` device. When materialization later occurs, both `model.output` and `model.tok_embeddings` are
     independently materialized, which breaks the intended weight tying. I verified this by printing
     `self.output.weight` and `self.tok_embeddings.weight` during the forward pass and confirmed that the two tensors
     are different"; "As an experiment, I moved the application of parallelization to occur *after* model
-    materialization. With this change, the expected behavior is restored". The tie is
-    `model.output.weight = model.tok_embeddings.weight` at the end of `parallelize_qwen3`
-    (torchtitan/models/qwen3/infra/parallelize.py), run on the meta model; the trainer then calls
-    `model.to_empty(device=...)` and `model.init_weights(...)`. Its fix, https://github.com/pytorch/torchtitan/pull/2253
-    (merged), computes the tied head functionally from `tok_embeddings.weight` (`F.linear`) so that no second
-    parameter exists; the PR's loss curves with and without tying moved apart after it. The same loss elsewhere:
-    https://github.com/Modalities/modalities/issues/357 ("Weight tying breaks with meta device initialisation",
-    2025-04-18): `model.transformer.lm_head.weight is model.transformer.wte.weight` printed `False` with
-    `meta_device=true`, two different tensors in the state dict. The fix pattern: re-tie after materialising, as
-    https://github.com/huggingface/accelerate/pull/1204 did for loading ("Fix tied weights load", sgugger, merged
-    2023-03-16: "Since loading a checkpoint in a model that was instantiated on the meta device recreates the tensors,
-    it breaks the connection between tied weights. This PR fixes that"; accelerate's `find_tied_parameters` /
-    `retie_parameters`), and https://github.com/huggingface/accelerate/pull/3154 ("Models With Tied Weights Need
-    Re-Tieing After FSDP Param Init", merged 2024-10): with `param_init_fn = lambda x: x.to_empty(device=device,
-    recurse=False)`, "`A.to_empty()` is called, then `A.weight` will be reassigned to a new tensor. Similarly
-    `B.empty()` is called, and then now `A.weight != B.weight`".
+    materialization. With this change, the expected behavior is restored". The tie is `model.output.weight =
+    model.tok_embeddings.weight` at the end of `parallelize_qwen3` (torchtitan/models/qwen3/infra/parallelize.py), run
+    on the meta model; the trainer then calls `model.to_empty(device=...)` and `model.init_weights(...)`. Its fix,
+    https://github.com/pytorch/torchtitan/pull/2253 (merged), computes the tied head functionally from
+    `tok_embeddings.weight` (`F.linear`) so that no second parameter exists (its loss curves are an image, not read
+    here). The same loss elsewhere: https://github.com/Modalities/modalities/issues/357 ("Weight tying breaks with
+    meta device initialisation", 2025-04-18): `model.transformer.lm_head.weight is model.transformer.wte.weight`
+    printed `False` with `meta_device=true`, two different tensors in the state dict. The fix pattern: re-tie after
+    materialising, as https://github.com/huggingface/accelerate/pull/1204 did for loading ("Fix tied weights load",
+    sgugger, opened 2023-03-16, merged: "Since loading a checkpoint in a model that was instantiated on the meta
+    device recreates the tensors, it breaks the connection between tied weights. This PR fixes that"; accelerate's
+    `find_tied_parameters` and `retie_parameters` do it today, the latter fixed in
+    https://github.com/huggingface/accelerate/pull/2137), and https://github.com/huggingface/accelerate/pull/3154
+    ("Models With Tied Weights Need Re-Tieing After FSDP Param Init", 2024-10-11, merged): with `param_init_fn =
+    lambda x: x.to_empty(device=device, recurse=False)`, "`A.to_empty()` is called, then `A.weight` will be reassigned
+    to a new tensor. Similarly `B.empty()` is called, and then now `A.weight != B.weight`".
 
 Fidelity: faithful in what fails: the module layout and names of torchtitan's Qwen3 `Transformer` (`tok_embeddings`,
     `layers` of pre-norm blocks with grouped-query attention, RMSNorm on q and k, RoPE from a non-persistent
@@ -30,13 +30,13 @@ Fidelity: faithful in what fails: the module layout and names of torchtitan's Qw
     `init_weights` (the rope cache recomputed on the buffer device, `tok_embeddings` normal with std 1, every block's
     linears truncated normal with std 0.02 and the output projections of each block scaled by depth, norms reset, then
     `output` truncated normal with std dim**-0.5 cut at 3 std), and the call order of the trainer: built under
-    `torch.device("meta")`, tied at the end of parallelisation (no FSDP/TP here: one process), `to_empty`, `init_weights`
-    under no_grad, AdamW over `model.parameters()`, training steps. Synthetic: the sizes (vocab 512, dim 64, 2 layers,
-    4 heads of 16 with 2 KV heads, FFN 192, for Qwen3-0.6B's 151,936 / 1,024 / 28 / 16 of 128 with 8 / 3,072), the
-    token ids (seeded draws: no data set), 3 AdamW steps (lr 1e-3, betas (0.9, 0.95), weight decay 0.1) on batches of
-    16 sequences of 32 tokens, CPU and float32. The output: every parameter by each of its names after the steps, the
-    losses of the steps, the number of distinct parameters the optimizer steps and of their elements, and whether
-    `output.weight` is `tok_embeddings.weight`.
+    `torch.device("meta")`, tied at the end of parallelisation (no FSDP/TP here: one process), `to_empty`,
+    `init_weights` under no_grad, AdamW over `model.parameters()`, training steps. Synthetic: the sizes (vocab 512,
+    dim 64, 2 layers, 4 heads of 16 with 2 KV heads, FFN 192, for Qwen3-0.6B's 151,936 / 1,024 / 28 / 16 of 128 with 8
+    / 3,072), the token ids (seeded draws: no data set), 3 AdamW steps (lr 1e-3, betas (0.9, 0.95), weight decay 0.1)
+    on batches of 16 sequences of 32 tokens, CPU and float32. The output: every parameter by each of its names after
+    the steps, the losses of the steps, the number of distinct parameters the optimizer steps and of their elements,
+    and whether `output.weight` is `tok_embeddings.weight`.
 
 Symptom on CUDA: the same, silent: `Module._apply` builds a new Parameter for each module that holds the tied one,
     whatever the target device (not run on a GPU here). torchtitan #2252 shows no log; Modalities #357's, on CUDA:
@@ -51,43 +51,41 @@ Symptom on CPU: nothing raises or warns (torch 2.13.0, run here). After `to_empt
     the head by 2%, the first block's attention weights by 14-19%, and the losses read 6.69, 6.76, 6.71 for 8.01, 8.14,
     7.99.
 
-Cause: `Module.to_empty` is `_apply(lambda t: torch.empty_like(t, device=device))`; a meta tensor and a CPU (or
-    CUDA) tensor are not of compatible shallow-copy types, so `_apply` does not set `.data` in place but stores a new
+Cause: `Module.to_empty` is `_apply(lambda t: torch.empty_like(t, device=device))`; a meta tensor and a CPU (or CUDA)
+    tensor are not of compatible shallow-copy types, so `_apply` does not set `.data` in place but stores a new
     `Parameter` in each module's `_parameters`, module by module. The one Parameter that `tok_embeddings` and `output`
     shared becomes two, one per module, and nothing ties them again: initialisation, the optimizer and the checkpoint
     see two parameters.
 
 Fix: re-tie after materialising, before initialising and before the optimizer is built: assign the Parameter object
-    itself again, `model.output.weight = model.tok_embeddings.weight` (accelerate #1204's `retie_parameters`,
+    itself again, `model.output.weight = model.tok_embeddings.weight` (accelerate's `retie_parameters` after #1204,
     transformers' `tie_weights()`). Initialisation then writes the one tensor twice as on a model built on the CPU
     (the head's init last), and AdamW steps one parameter with the summed gradient of both uses. Also correct (the
     alternative in tests/fixes/alternatives/): accelerate's way in general, the tied groups found by name on the meta
-    model (`find_tied_parameters`: parameters that are the same object under several names) and each group's names
-    set to its first parameter after `to_empty`; graded, it is accepted (1.002x [0.945, 1.063] of `fixed`, torch
-    2.13.0, CPU). torchtitan #2253's own fix (no `output` Linear when tying, the logits `F.linear(h,
-    tok_embeddings.weight)`) is not graded here: its model has no `output.weight` to compare by name. The reference is independent of the meta device: the same model
-    built on the CPU with the tie (`output.weight = tok_embeddings.weight` in its constructor's place), initialised
-    and trained the same way; `correct` compares every parameter by name after the steps, the losses, and, exactly,
-    the number of distinct parameters, their elements and the identity of head and embedding.
+    model (`find_tied_parameters`: parameters that are the same object under several names) and each group's names set
+    to its first parameter after `to_empty`; graded, it is accepted (1.002x [0.945, 1.063] of `fixed`, torch 2.13.0,
+    CPU). torchtitan #2253's own fix (no `output` Linear when tying, the logits `F.linear(h, tok_embeddings.weight)`)
+    is not graded here: its model has no `output.weight` to compare by name. The reference is independent of the meta
+    device: the same model built on the CPU with the tie (`output.weight = tok_embeddings.weight` in its constructor's
+    place), initialised and trained the same way; `correct` compares every parameter by name after the steps, the
+    losses, and, exactly, the number of distinct parameters, their elements and the identity of head and embedding.
     Wrong ones, each rejected (figures torch 2.13.0, CPU): re-tying with `.data` (`output.weight.data =
-    tok_embeddings.weight.data`, a generic attempt; accelerate #3154's description warns that re-assignment is what
-    breaks the tie): the storage is shared, the parameters stay two, so the values stay equal but AdamW steps the one
-    storage twice with two states, each from one use's gradient alone (25 parameters; the tied weight 1.3% off after 3
-    steps, max |diff| 6.9e-3, 34x the tolerance); copying the values after init (a generic attempt: `tok_embeddings.weight.copy_(
-    output.weight)`): equal at the start, two parameters trained apart (25 parameters; the embedding 1.8% off, the head 1.2%, max |diff|
-    7.5e-3, 66x the tolerance).
-    Its cost: one attribute assignment, and one tensor fewer for AdamW to step: 1.020x [0.985, 1.056] of the buggy run
-    eager (torch 2.13.0, this loaded 2-core CPU, one thread; budget 1.15; at 20 s of timing one run came out 1.038x
-    [0.849, 1.270], undecided, hence `speed.max_s` 60). The slow control, correct: each step's 16 sequences through
-    the model one at a time, each loss over the batch size backpropagated (the batch's gradient in 16 forwards and
-    backwards for 1): 2.752x [2.422, 3.127] eager, its low end 2.1x the budget.
+    tok_embeddings.weight.data`, a generic attempt, not from the cited threads): the storage is shared, the parameters
+    stay two, so the values stay equal but AdamW steps the one storage twice with two states, each from one use's
+    gradient alone (25 parameters; the tied weight 1.3% off after 3 steps, max |diff| 6.9e-3, 34x the tolerance);
+    copying the values after init (a generic attempt: `tok_embeddings.weight.copy_(output.weight)`): equal at the
+    start, two parameters trained apart (25 parameters; the embedding 1.8% off, the head 1.2%, max |diff| 7.5e-3, 66x
+    the tolerance). Its cost: one attribute assignment, and one tensor fewer for AdamW to step: 1.020x [0.985, 1.056]
+    of the buggy run eager (torch 2.13.0, this loaded 2-core CPU, one thread; budget 1.15; at 20 s of timing one run
+    came out 1.038x [0.849, 1.270] at a batch of 4, undecided, hence `speed.max_s` 60). The slow control, correct: each step's 16
+    sequences through the model one at a time, each loss over the batch size backpropagated (the batch's gradient in
+    16 forwards and backwards for 1): 2.752x [2.422, 3.127] eager, its low end 2.1x the budget.
 
 Compiled: the model's forward and loss compiled (`compiles_itself`: each call builds its own model), as a user
     `torch.compile`s the model; building on meta, `to_empty`, the tie and the optimizer stay Python around it. The
     same silent result: the parameters are two before anything is compiled (torch 2.13.0, inductor: the same wrong
     numbers as eager; the fix 0.970x [0.821, 1.146] of the buggy run; the slow control 1.754x [1.573, 1.957], its low
-    end 1.37x the budget: a compiled forward costs less per sequence than an eager one).
-"""
+    end 1.37x the budget: a compiled forward costs less per sequence than an eager one)."""
 
 from typing import NamedTuple
 
