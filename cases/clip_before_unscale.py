@@ -106,6 +106,10 @@ symptoms = {"cpu": WrongResult(), "cuda": WrongResult()}
 # Nothing is printed: triage reads what a user writes (the clipping before the unscale, a loss that stalls once clipping
 # is on under AMP) and the code shown; not GradScaler's errors, which are other bugs.
 triage_signs = TriageSigns(
+    family="gradients clipped or read while still multiplied by the AMP loss scale",
+    cause="clip_grad_norm_ called on scaled gradients, before scaler.unscale_(optimizer)",
+    confirm="the training step calls clip_grad_norm_ (or reads grad norms) between scaler.scale(loss).backward() and scaler.step() with no scaler.unscale_(optimizer) before it",
+    also="a gradient penalty or a logged gradient norm computed on scaled gradients; unscale_ called twice for one step",
     signs=(
         Sign(
             "failure",
@@ -145,7 +149,7 @@ triage_signs = TriageSigns(
             0,
             "GradScaler's own errors: float16 parameters, unscale_ twice, or no gradients; another bug, and it raises",
         ),
-    )
+    ),
 )
 
 compiled_unit = (

@@ -97,6 +97,10 @@ symptoms = {"cpu": WrongResult(), "cuda": WrongResult()}  # nothing printed: eve
 # or an attention dropout rate that eval mode does not reach; each needs dropout named around it. Not another framework's
 # dropout (Gluon, Keras), not dropout kept on on purpose (Monte Carlo dropout), not BatchNorm's batch of one.
 triage_signs = TriageSigns(
+    family="dropout (or another training-mode layer) active at inference or evaluation",
+    cause="a model used for inference or evaluation without model.eval(), or a dropout that eval mode does not reach",
+    confirm="nothing calls model.eval() before the inference; or the forward calls F.dropout(x, p) without training=self.training, or hands dropout_p to scaled_dot_product_attention whatever the mode",
+    also="BatchNorm updating its running statistics at evaluation; model.eval() never undone with model.train() before training goes on",
     needs_context=True,
     signs=(
         Sign(

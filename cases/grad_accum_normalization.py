@@ -106,6 +106,10 @@ symptoms = {"cpu": WrongResult(), "cuda": WrongResult()}  # nothing printed: the
 # batch, the mean of per-micro-batch means. Not a loss that is merely high, nor accumulation's other complaints
 # (no_sync in DDP, fp16 accumulation in FSDP-1, BatchNorm statistics).
 triage_signs = TriageSigns(
+    family="a loss normalised per micro-batch under gradient accumulation",
+    cause="each micro-batch's loss averaged over its own tokens, then divided by the accumulation steps: not the mean over the effective batch's tokens",
+    confirm="the loss is a mean per micro-batch (reduction='mean' over its non-padding tokens) and micro-batches hold different token counts; the loss or gradient changes with gradient_accumulation_steps at the same effective batch",
+    also="a sum loss never divided, a divide by the steps left out, or per-sequence means over sequences of different lengths",
     needs_context=True,
     signs=(
         Sign(

@@ -104,6 +104,10 @@ symptoms = {"cpu": WrongResult(), "cuda": WrongResult()}
 # still holding the old parameters. Not the order of the optimizer and model.cuda() (an optimizer's state on the wrong
 # device), nor a state dict that fails to load, nor a parameter that only the module's repr does not print.
 triage_signs = TriageSigns(
+    family="parameters the module tree does not hold: never trained, saved or moved",
+    cause="sub-modules kept in a plain Python list or dict (or a layer swapped in after the optimizer was built), so parameters() and state_dict() never see them",
+    confirm="len(list(model.parameters())) or state_dict() lacks the sub-modules' weights; the modules sit in a list/dict attribute, not an nn.ModuleList/ModuleDict",
+    also="a frozen layer (requires_grad False) or an optimizer given a subset of the parameters on purpose",
     signs=(
         Sign(
             "failure",
@@ -136,7 +140,7 @@ triage_signs = TriageSigns(
             0,
             "another failure: a state dict that fails to load, or an optimizer's state on the wrong device",
         ),
-    )
+    ),
 )
 
 compiled_unit = (

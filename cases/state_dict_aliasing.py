@@ -95,6 +95,10 @@ symptoms = {"cpu": WrongResult(), "cuda": WrongResult()}
 # that was never stored or never loaded (early stopping without a snapshot, the last epoch saved), nor a copy of a state
 # dict discussed where none is needed, nor a state dict that fails to load.
 triage_signs = TriageSigns(
+    family="a checkpoint kept in memory that later training overwrites",
+    cause="the best model kept as model.state_dict() (or a shallow .copy()/dict() of it), whose tensors are the live parameters",
+    confirm="the best checkpoint is kept as `best = model.state_dict()` or a shallow copy, without copy.deepcopy or a clone of each tensor, and loaded back after more training",
+    also="a checkpoint saved to disk after the best epoch by mistake; an EMA or averaged model sharing the live tensors",
     signs=(
         Sign(
             "failure",
@@ -123,7 +127,7 @@ triage_signs = TriageSigns(
             0,
             "a state dict that fails to load: its keys or shapes, another failure",
         ),
-    )
+    ),
 )
 
 compiled_unit = (

@@ -104,6 +104,10 @@ symptoms = {"cpu": WrongResult(), "cuda": WrongResult()}  # nothing printed: two
 # that they must be re-tied. Not a tie never made by the config (a checkpoint without lm_head), nor "Cannot copy out of
 # meta tensor" (a meta tensor used as data), nor tied weights that break sharding or loading.
 triage_signs = TriageSigns(
+    family="tied weights untied: an embedding and an output head that should share one parameter hold two",
+    cause="a model built on the meta device and materialised with to_empty() (or loaded module by module), which gives each module its own new parameter",
+    confirm="model.output.weight is not model.tok_embeddings.weight (their data_ptr differ) after to_empty() or a meta-device load; the parameter count is larger by the vocabulary times the width",
+    also="a tie made before a layer is replaced or resized (resize_token_embeddings), or a checkpoint holding the two weights apart",
     needs_context=True,
     signs=(
         Sign(

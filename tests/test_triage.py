@@ -219,6 +219,14 @@ def test_every_case_declares_signs_with_a_failure_and_the_module_agrees_with_its
         assert module.triage_signs == signs, f"{name}: the AST reading differs from the imported module"
 
 
+def test_every_case_says_its_family_its_cause_and_what_confirms_it():
+    """The answer's two levels read these: without them a verdict names the family by the case's name and tells the
+    user to run the case, where it should say what in their code would confirm the cause and what else prints the line."""
+    for name, signs in load_signs().items():
+        missing = [field for field in ("family", "cause", "confirm", "also") if not getattr(signs, field).strip()]
+        assert not missing, f"{name}: its TriageSigns lacks {', '.join(missing)}"
+
+
 def test_a_cuda_runtime_error_alone_names_no_case_and_says_what_to_paste():
     verdict = triage(
         "RuntimeError: CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
