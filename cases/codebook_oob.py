@@ -80,6 +80,12 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\bcodebook (?:indices|ids|codes|index)\b[^.?!]{0,60}\b(?:exceed\w*|out[- ]of[- ](?:range|bounds)|outside|beyond|past|larger than)|\b(?:clamp|clip)\w* (?:the )?(?:vq |codebook )?(?:indices|codes)\b[^.?!]{0,30}\b(?:valid range|codebook[_ ]size)",
+            0.45,
+            "codebook indices past the codebook's size",
+        ),
+        Sign(
+            "failure",
             r"Indexing\.cu.*srcIndex < srcSelectDimSize|indexSelect(?:Large|Small)Index.*Assertion",
             0.9,
             "CUDA's index_select kernel, which an embedding lookup runs, asserted an index past the table",

@@ -93,6 +93,12 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)(?<!gpu )(?<!cuda )\b(?:ram|memory|mem)\b[^.?!]{0,50}\b(?:grows?|growing|rises?|rising|increas\w*|continues? to (?:rise|grow|increase)|climbs?)\b[^.?!]{0,80}\bnum_workers?\b[^.?!]{0,20}?(?:>|greater than|larger than|above|bigger than) ?0\b|\bnum_workers?\b ?(?:>|greater than|larger than|above) ?0\b[^.?!]{0,60}(?<!gpu )(?<!cuda )\b(?:ram|memory|mem)\b[^.?!]{0,30}\b(?:grows?|growing|rises?|rise|rising|increas\w*|climbs?)",
+            0.5,
+            "host memory that grows with training only when the DataLoader has workers (num_workers > 0)",
+        ),
+        Sign(
+            "failure",
             r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|(?i:worker ?[(（]pid[^)）]*[)）] ?is killed by signal ?[:：] ?killed)",
             0.55,
             "a DataLoader worker ended by SIGKILL: the OOM killer, most often, on workers whose memory grew",

@@ -105,6 +105,12 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\b(?:different|random|non-?deterministic|inconsistent|varying|changing)\b[^.?!]{0,20}\b(?:outputs?|results?|predictions?|scores?)\b[^.?!]{0,80}\b(?:because of|due to|caused by)\b[^.?!]{0,30}\bdropout|\bF\.dropout\w*\([^)]*\btraining ?= ?True",
+            0.45,
+            "outputs that change from run to run because of dropout, or a functional dropout forced on (training=True)",
+        ),
+        Sign(
+            "failure",
             r"(?i)\bdropouts?\b[^.?!]{0,60}\b(?:still|also|is|are|remains?|stays?|being|gets?|keeps?)\b[^.?!]{0,30}\b(?:active|enabled|on|applied|used|triggered|working|at \d)\b[^.?!]{0,50}\b(?:inference|evaluat\w*|eval\b|test(?:ing)?\b|predict\w*|validat\w*|demo)|\b(?:inference|evaluation|eval|test(?:ing)?|predict\w*|validation)\b[^.?!]{0,40}\bdropouts?\b[^.?!]{0,30}\b(?:still|also)\b[^.?!]{0,15}\b(?:active|enabled|on|applied|used|set|working)\b|\b(?:trigger|appl(?:y|ies)|enable|keep)s?\w*\b[^.?!]{0,10}\bdropouts?\b[^.?!]{0,20}\b(?:during|at|in)\b[^.?!]{0,10}\b(?:inference|evaluation|eval|test(?:ing)?|prediction)",
             0.45,
             "dropout still active at inference or evaluation",

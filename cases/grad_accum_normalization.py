@@ -114,6 +114,12 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\bdifferent micro[- ]?batch(?:es| sizes?)\b[^.?!]{0,40}\b(?:different|changes?|differ)\b[^.?!]{0,20}\b(?:gradients?|loss(?:es)?)\b|\bmicro[- ]?batch\w*\b[^.?!]{0,40}\b(?:uneven|different|varying) (?:numbers? of |counts? of )?tokens\b[^.?!]{0,80}\b(?:weigh\w*|count\w*)\b[^.?!]{0,40}\b(?:more|less)\b",
+            0.45,
+            "micro-batch sizes or their token counts that change the gradient at the same global batch",
+        ),
+        Sign(
+            "failure",
             r"(?i)\b(?:loss|gradients?|grad(?:ient)?[_ ]norm)\w*\b.{0,80}\b(?:scaled?|scales|increases?|grows?|changes?|differs?|different|depends?|varies|inconsistent|proportional|moves?|goes up|jumps?|gets? (?:larger|bigger|higher))\b.{0,60}\b(?:gradient[_ ]accumulation\w*|grad[_ ]acc\w*|accumulation[_ ]steps?|GA)\b",
             0.45,
             "the loss or the gradient moves with the accumulation steps",

@@ -106,6 +106,18 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\bloss\w*\b[^.?!]{0,80}\b(?:continuous(?:ly)? )?(?:ris\w*|grow\w*|increas\w*|leak\w*)\b[^.?!]{0,12}\b(?:of )?(?:the )?(?:gpu |cuda )?memory\b",
+            0.4,
+            "memory rising with the way the losses are kept",
+        ),
+        Sign(
+            "failure",
+            r"\+= *float\(\w*(?:loss|Loss)\w*(?:\[['\"]?\w+['\"]?\])?\)|(?i:should|must|needs? to) be \w*loss\w*(?:\[['\"]?\w+['\"]?\])?\.item\(\)",
+            0.4,
+            "the fix shown: the running loss summed as a number (float(loss), loss.item())",
+        ),
+        Sign(
+            "failure",
             r"(?i:CUDA out of memory)|OutOfMemoryError|cuda runtime error \(2\) : out of memory|CUDA error: out of memory|error=2 : out of memory|DefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
             0.3,
             "an allocation failed: alone, any out-of-memory; which one is told by the lines around it",

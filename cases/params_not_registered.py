@@ -111,6 +111,12 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\b(?:modules?|layers?) (?:of|in|inside) (?:an? |the )?(?:added |plain |python |normal )?list\b[^.?!]{0,60}\b(?:not|never)\b[^.?!]{0,30}\b(?:regist\w*|(?:seen|counted|returned|included) as parameters|trained|saved)",
+            0.45,
+            "modules kept in a list that the module tree does not see",
+        ),
+        Sign(
+            "failure",
             r"(?i)\b(?:parameters?|sub-?modules?|modules?|layers?|networks?|weights)\b[^.\n]{0,40}\b(?:in|inside|to|into) (?:a |the )?(?:normal |plain |regular |python )?(?:list|lists|dict|dicts|array|arrays)\b|\bpython'?s? list\b",
             0.5,
             "modules or parameters kept in a plain list or dict",

@@ -112,6 +112,12 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\b(?:word |token )?(?:embs?|embeddings?|weights?) (?:are|is|were) tied\b[^.?!]{0,40}\b(?:lm[_ ]head|head|output)\b[^.?!]{0,40}\b(?:copied|duplicated|separated|untied|wrong value)",
+            0.45,
+            "tied embeddings whose LM head ends up a copy",
+        ),
+        Sign(
+            "failure",
             r"(?i)\b(?:weight[- ]?tying|tied (?:weights?|embeddings?|parameters?|params?)|tie[_ ]weights?|weight sharing|shared weights?)\b.{0,80}\b(?:not (?:working|preserved|tied|kept|shared|the same)|is(?:n't| not) (?:working|preserved)|breaks?|broken|lost|no longer)|\b(?:undo(?:es)?|undid|breaks?|broke|loses|lost) (?:the |our |my )?(?:weight[- ]?tying|tied weights|tie)\b|\bweights? (?:is|are|was|were|stays?|remain) (?:not|no longer|un)[- ]?tied\b",
             0.45,
             "the tie between embedding and head is lost",

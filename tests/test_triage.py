@@ -51,6 +51,7 @@ from tests.conftest import names_its_failure, record_log
 FIXTURES = ROOT / "tests" / "triage_logs"
 HELD_OUT = ROOT / "tests" / "triage_logs_heldout"
 KEPT_APART = ROOT / "tests" / "triage_logs_keptapart"
+KEPT_APART_2 = ROOT / "tests" / "triage_logs_keptapart2"  # the second set (2026-11-27): its README says how it was kept
 MATCH = " #=MATCH=#"
 
 
