@@ -60,13 +60,17 @@ Fix: the "double where": sanitise each branch's input with a where of its own be
     zeroes the non-finite per-pixel gradient of x = theta / r_s (a generic attempt): finite and plausible, kappa_s's
     gradients right, x0's 17%, y0's 12% and r_s's 13% off (4.4% of all 16 together), every path through h's
     derivative dropped with the NaN. Its cost: two wheres on the input against the buggy code's nested where, the
-    same formulas on every pixel: 1.008x [0.785, 1.295] (eager, torch 2.13.0, this loaded 2-core CPU; budget 1.5).
-    The slow control, correct: the same helper called on one row of pixels at a time (a Python loop over the
-    grid's 128 rows): 7.311x [5.508, 9.703], its interval's low end 3.7x the budget. Caustics #83's own boolean
+    same formulas on every pixel: 1.097x [0.999, 1.203] eager, 1.105x [0.999, 1.222] compiled (torch 2.13.0, this
+    loaded 2-core CPU; budget 1.5). The slow control, correct: the same helper called on one row of pixels at a time
+    (a Python loop over the grid's 128 rows): 6.878x [6.066, 7.798] eager, 2.264x [2.006, 2.556] compiled (inductor
+    fuses each row's small graph; its interval's low end 1.34x the budget; compiling the 128 rows took 6 minutes
+    here). Caustics #83's own boolean
     indexing is no slow control in float64 (as fast as the buggy code here); it is the reference's method.
 
 Compiled: the harness compiles the whole fit step (the deflection, the loss and `torch.autograd.grad`); dynamo
-    traces the where and its backward into one graph.
+    breaks the graph at `torch.autograd.grad` ("using `torch.autograd.grad` with
+    `torch._dynamo.config.trace_autograd_ops=False`"): the deflection and the loss compile as one graph, whose backward
+    inductor compiles with it, the gradients' count as a second. The 12 NaN gradients are the same (torch 2.13.0).
 """
 
 from typing import NamedTuple
