@@ -1,4 +1,4 @@
-"""torch.where picks the finite branch, but the untaken branch's NaN reaches every gradient.
+"""torch.where picks the finite branch, but the untaken branch's NaN reaches the gradients.
 
 Upstream: https://github.com/Ciela-Institute/caustics/pull/83 ("Fix nan gradients in NFW and TNFW", ConnorStoneAstro,
     merged 2023-09-13, commit e1e27a3 "fix nans in TNFW and NFW evaluation"): the NFW lens of caustic (the package's
