@@ -60,11 +60,12 @@ Fix: the "double where": sanitise each branch's input with a where of its own be
     zeroes the non-finite per-pixel gradient of x = theta / r_s (a generic attempt): finite and plausible, kappa_s's
     gradients right, x0's 17%, y0's 12% and r_s's 13% off (4.4% of all 16 together), every path through h's
     derivative dropped with the NaN. Its cost: two wheres on the input against the buggy code's nested where, the
-    same formulas on every pixel: 1.097x [0.999, 1.203] eager, 1.105x [0.999, 1.222] compiled (torch 2.13.0, this
+    same formulas on every pixel: 1.016x [1.001, 1.031] eager, 0.993x [0.742, 1.329] compiled (torch 2.13.0, this
     loaded 2-core CPU; budget 1.5). The slow control, correct: the same helper called on one row of pixels at a time
-    (a Python loop over the grid's 128 rows): 6.878x [6.066, 7.798] eager, 2.264x [2.006, 2.556] compiled (inductor
-    fuses each row's small graph; its interval's low end 1.34x the budget; compiling the 128 rows took 6 minutes
-    here). Caustics #83's own boolean
+    (a Python loop over the grid's 128 rows, marked `torch.compiler.disable`): 8.975x [5.078, 15.861] eager (its
+    interval's low end 3.4x the budget), 13.401x [12.461, 14.411] compiled (eager rows between compiled graphs; left
+    to dynamo, the unrolled loop took 6 minutes to compile and still came out 2.264x [2.006, 2.556]). Caustics #83's
+    own boolean
     indexing is no slow control in float64 (as fast as the buggy code here); it is the reference's method.
 
 Compiled: the harness compiles the whole fit step (the deflection, the loss and `torch.autograd.grad`); dynamo
@@ -313,14 +314,18 @@ bad_fixes = {
 # -- slow fixes: correct, slower than the budget allows ---------------------------------------
 
 
+@torch.compiler.disable  # compiled, dynamo would unroll the loop's 128 calls: minutes of compiling, and a user disables it
+def nfw_h_row_by_row(r):
+    """The double-where helper called on one row of pixels at a time, the row of every lens at once, stacked back."""
+    return torch.stack([nfw_h_double_where(r[:, row]) for row in range(r.shape[1])], dim=1)
+
+
 def one_row_at_a_time(x):
-    """Correct and careless: the double-where helper, but called on one row of pixels at a time, the row of every lens
-    at once (a Python loop over the grid's rows, stacked back): the same arithmetic in `npix` small calls for one."""
-
-    def h(r):
-        return torch.stack([nfw_h_double_where(r[:, row]) for row in range(r.shape[1])], dim=1)
-
-    return fit_step(h, x)
+    """Correct and careless: the double-where helper, but called on one row of pixels at a time (a Python loop over
+    the grid's rows): the same arithmetic in `npix` small calls for one. Marked `torch.compiler.disable`, as a user
+    marks a helper whose compile takes minutes (dynamo unrolls the loop: 6 minutes here), so compiled it runs eager
+    between the compiled graphs."""
+    return fit_step(nfw_h_row_by_row, x)
 
 
 slow_fixes = {"one_row_at_a_time": one_row_at_a_time}
