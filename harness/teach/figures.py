@@ -137,17 +137,20 @@ def memory_figure(case: str, series: list[MemorySeries], where: str) -> bytes:
 
 
 def bad_fix_figure(case: str, errors: list[BadFixError], where: str) -> bytes:
-    """How far each bad fix that returns moves the output from the reference (relative error)."""
+    """How far each bad fix that returns moves the output from the reference (relative error); an infinite one (NaN or
+    inf in the output) is drawn hatched past the finite ones and labelled inf."""
     with plt.style.context("default"):
         figure, axes = plt.subplots(figsize=(WIDTH_IN, 0.9 + 0.55 * len(errors)), dpi=DPI)
         names = [error.name for error in errors]
-        values = [error.relative_error for error in errors]
-        axes.barh(range(len(errors)), values, color="#7570b3", height=0.55)
+        top = max((error.relative_error for error in errors if np.isfinite(error.relative_error)), default=1.0) or 1.0
+        values = [error.relative_error if np.isfinite(error.relative_error) else top * 1.3 for error in errors]
+        hatches = [None if np.isfinite(error.relative_error) else "//" for error in errors]
+        axes.barh(range(len(errors)), values, color="#7570b3", height=0.55, hatch=hatches)
         for index, error in enumerate(errors):
             snr = f", SNR {error.snr_db:.1f} dB" if error.snr_db is not None and np.isfinite(error.snr_db) else ""
             axes.annotate(
-                f"{error.relative_error:.3g}{snr}",
-                (error.relative_error, index),
+                f"{error.relative_error:.3g}{snr}" if np.isfinite(error.relative_error) else "inf (NaN or inf in the output)",
+                (values[index], index),
                 textcoords="offset points",
                 xytext=(5, 0),
                 va="center",
@@ -155,7 +158,7 @@ def bad_fix_figure(case: str, errors: list[BadFixError], where: str) -> bytes:
             )
         axes.set_yticks(range(len(errors)), names, fontsize=9)
         axes.invert_yaxis()
-        axes.set_xlim(0, max(values) * 1.45)
+        axes.set_xlim(0, (max(values) or 1.0) * 1.45)  # every error 0: a bar-less axis, not a singular one
         axes.set_xlabel("relative error: ||bad fix - reference|| / ||reference||  (1 = as large as the output)")
         axes.set_title(f"{case}: how far each bad fix moves the output ({where})", fontsize=11)
         axes.grid(axis="x", alpha=0.3)
