@@ -7,8 +7,8 @@ Upstream: https://github.com/weigertlab/spotiflow/pull/30 (2025-05-20, "With `py
     min_lr=3e-6, cooldown=5, verbose=True)` on an AdamW until commit c6baf96f (the PR) dropped the keyword.
     torch's side: https://github.com/pytorch/pytorch/pull/111302 deprecated `verbose` (2.2), and
     https://github.com/pytorch/pytorch/pull/147301 removed it with `print_lr` (BC-breaking note: "In 2.6.0 ...
-    ReduceLROnPlateau(optim, verbose=True)", "In 2.7.0 ... ReduceLROnPlateau(optim)"). The same error in
-    other projects' threads: https://github.com/opengeos/geoai/issues/182 (torch 2.7.0+cu118 and 2.8 nightly).
+    ReduceLROnPlateau(optim, verbose=True)", "In 2.7.0 ... ReduceLROnPlateau(optim)"). The same error in other
+    projects' threads is in the triage logs (tests/triage_logs*/lr_scheduler_verbose/).
 
 Fidelity: faithful in the scheduler and its use: spotiflow's keywords (factor 0.5, its default patience 10,
     threshold 1e-4, min_lr 3e-6, cooldown 5), its AdamW with the default lr 3e-4 over the trainable
@@ -19,7 +19,8 @@ Fidelity: faithful in the scheduler and its use: spotiflow's keywords (factor 0.
     reduces the LR as it would on a real run).
 
 Symptom on CUDA: not run on a GPU here; the scheduler is built from Python floats before any device is used,
-    so the text is the CPU's by construction (geoai #182 printed the same line on torch 2.7.0+cu118).
+    so the text is the CPU's by construction (https://github.com/opengeos/geoai/issues/182 printed the same line on
+    torch 2.7.0+cu118).
 
 Symptom on CPU: measured here: torch 2.9.1 and 2.13.0, when the scheduler is built:
         TypeError: ReduceLROnPlateau.__init__() got an unexpected keyword argument 'verbose'
@@ -64,7 +65,8 @@ symptoms = {
     for device in ("cpu", "cuda")
 }
 
-# TODO triage
+# torch's refusal of `verbose` (from 2.7) and its deprecation warning (2.2-2.6); not another library's removed keyword
+# (LightGBM's verbose_eval, urllib3's method_whitelist) nor ReduceLROnPlateau's positional order.
 triage_signs = TriageSigns(
     family="an LR scheduler given the `verbose` keyword torch 2.7 removed",
     cause="`verbose=True` (or False) passed to an LR scheduler's constructor, deprecated in torch 2.2 and removed in 2.7",
@@ -90,8 +92,14 @@ triage_signs = TriageSigns(
             0.4,
             "a constructor refused `verbose`, the class not named",
         ),
+        Sign(
+            "failure",
+            r"LRScheduler\.__init__\(\) takes from 2 to 3 positional arguments but 4 were given",
+            0.6,
+            "a scheduler subclass passing `verbose` positionally to LRScheduler.__init__, which takes (optimizer, last_epoch) from 2.7",
+        ),
         Sign("context", r"lr_scheduler|ReduceLROnPlateau\(|configure_optimizers", 0.3, "where the scheduler is built"),
-        Sign("context", r"verbose\s*=\s*(?:True|False|1|0)", 0.2, "the call passes verbose="),
+        Sign("context", r"verbose ?= ?(?:True|False|1|0)\b", 0.2, "the call passes verbose="),
     ),
 )
 
