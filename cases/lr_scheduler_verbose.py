@@ -26,8 +26,8 @@ Symptom on CPU: measured here: torch 2.9.1 and 2.13.0, when the scheduler is bui
         TypeError: ReduceLROnPlateau.__init__() got an unexpected keyword argument 'verbose'
     torch 2.6.0 builds it, trains the same schedule, and warns once, at construction:
         UserWarning: The verbose parameter is deprecated. Please use get_last_lr() to access the learning rate.
-    Releases 2.2 to 2.5 are expected to warn the same way (pytorch #111302, and the same line in
-    https://github.com/MannLabs/alphadia/issues/248's log, torch version not stated; not run here); before 2.2 the
+    Releases 2.2 to 2.5 are expected to warn the same way (pytorch #111302, and the same line in the log of
+    https://github.com/MannLabs/alphadia/issues/248, torch version not stated; not run here); before 2.2 the
     keyword was valid and printed each reduction (not run here). 2.6.0 prints no reduction.
 
 Cause: `verbose` was a constructor keyword of every LR scheduler; torch 2.2 deprecated it and 2.7
