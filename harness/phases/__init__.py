@@ -7,7 +7,7 @@
                (`Slow`: right, and timed over `at_least` x the fix) | inconclusive
     fix        run `fixed` on the same inputs; it must not raise
                passed | raised | crashed | timeout | error
-    correct    compare `fixed` with `reference`
+    correct    compare `fixed` with `reference` (where the failure is a warning, `Warns`, it must not issue it)
                passed | mismatch | raised | crashed | timeout | error
     speed      time `speed_candidate` (default `fixed`) against `speed_baseline`, on inputs made
                from the case config with `speed.inputs`, then `speed.device_inputs.<device>`, merged
@@ -20,7 +20,8 @@
                times the fix; the speed verdict must catch it
                flagged (correct and over budget) | missed | no_budget | crashed | timeout | error
     bad_fixes  one record per bad fix, phase "bad_fix:<name>"; each must be rejected
-               rejected (it raised, crashed, or differs from the reference) | accepted | timeout | error
+               rejected (it raised, crashed, differs from the reference, or still issues a `Warns` case's warning)
+               | accepted | timeout | error
     memory     the fix's memory per step (`steps` calls on one inputs object) against `memory_baseline`
                (default `speed_baseline`; grading: the case's `fixed`), each in its own child, judged against the yaml's `memory.budget`
                (harness/measure/footprint.py); reproduce judges a `Growth` symptom the same way, on `buggy`

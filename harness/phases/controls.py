@@ -63,6 +63,8 @@ def bad_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) ->
         return record_of(
             phase, "rejected", True, "differs from the reference: " + difference(figures), result, {"how": "differs", **figures}
         )
+    if figures.get("still_warns"):
+        return record_of(phase, "rejected", True, f"still warns: {figures['still_warns']}", result, {"how": "warns", **figures})
     if not failure_holds(case, cfg, settings.device):
         return record_of(
             phase,

@@ -4,6 +4,8 @@ them), then its output against the reference."""
 from __future__ import annotations
 
 import contextlib
+import re
+import warnings
 from types import ModuleType
 from typing import Any, Callable
 
@@ -11,7 +13,7 @@ import torch
 from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
-from harness.cases import load_case
+from harness.cases import Warns, load_case, symptom_on
 from harness.measure.compare import compare, describe, tolerance_of
 from harness.measure.timing import synchronize
 from harness.phases.common import (
@@ -103,6 +105,8 @@ def correct(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecor
     figures, failure = result.value
     if failure is not None:
         return record_of("correct", "raised", False, failure.headline, result)
+    if figures.get("still_warns"):
+        return record_of("correct", "mismatch", False, f"still warns as the buggy code does: {figures['still_warns']}", result, figures)
     if figures["match"]:
         return record_of("correct", "passed", True, "matches the reference " + tolerance_text(cfg), result, figures)
     return record_of("correct", "mismatch", False, "differs from the reference: " + difference(figures), result, figures)
@@ -116,7 +120,9 @@ def compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dict
     """
     case = load_case(cfg.name)
     inputs = case.make_inputs(cfg, device)
-    got, failure = call(compiled_for(case_function(case, candidate, cfg), case, cfg), inputs, device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got, failure = call(compiled_for(case_function(case, candidate, cfg), case, cfg), inputs, device)
     if failure is not None:
         return None, failure
     partial = candidate.startswith(SLOW_FIX) and hasattr(case, SPEED_CANDIDATE)
@@ -126,4 +132,15 @@ def compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dict
     want, failure = call(case.speed_reference if partial else case.reference, fresh, device)
     if failure is not None:
         raise RuntimeError(f"the reference itself failed: {failure.headline}")
-    return compare(got, want, **tolerance_of(cfg.tolerance)), None
+    figures = compare(got, want, **tolerance_of(cfg.tolerance))
+    warned = _still_warns(case, cfg, device, [f"{w.category.__name__}: {w.message}" for w in caught])
+    return ({**figures, "still_warns": warned} if warned else figures), None
+
+
+def _still_warns(case: ModuleType, cfg: DictConfig, device: str, warned: list[str]) -> str | None:
+    """Where the case's failure is a warning (`Warns`) on this torch, the candidate's line that still issues it: a fix
+    of a warning stops it; returning the right result while warning is the buggy code."""
+    symptom = symptom_on(case.symptoms[device], torch.__version__)
+    if not isinstance(symptom, Warns) or not symptom.holds(torch.__version__, compile_axis.mode_of(cfg)):
+        return None
+    return next((line[:300] for line in warned if re.search(symptom.warning, line)), None)
