@@ -44,13 +44,21 @@ Fix: torch's documented one (the `worker_init_fn` and `get_worker_info` notes of
     base seed every epoch), every augmentation with the same seed, as `Transformer` does, so that a patch's raw and
     label transforms keep drawing the same flips and rotations. Also correct (tests/fixes/alternatives/): each
     augmentation's RandomState reseeded inside `__getitem__` from torch's per-worker generator the first time a
-    worker reads. The reference reads every patch in this process from a copy of the dataset (`num_workers=0`, the
+    worker reads (graded: accepted, 0.967x [0.806, 1.161] against the buggy loader; the starter, the buggy loader as
+    `fix`, is rejected by correct: `duplicated_draws` differs). The reference reads every patch in this process from a copy of the dataset (`num_workers=0`, the
     thread's "work just fine"): 27 patches, 0 duplicated draws, 0 labels misaligned. Wrong ones: `np.random.seed` in
     `worker_init_fn` (the advice of https://github.com/sunset1995/HorizonNet/issues/4 and
     https://github.com/xingyizhou/CenterNet/issues/233, as MONAI #1068 did): the global generator changes, the
     Dataset's do not: 13 duplicated draws still; fresh unseeded generators per augmentation in `worker_init_fn` (a
     generic attempt): no duplicates, but raw and label draw apart, and all 27 labels are flipped or rotated
-    differently from their images. The slow control, correct: a new DataLoader (new workers) for every patch.
+    differently from their images. Its cost: a seed call per RandomState once per worker per epoch, against the buggy
+    loader: 1.157x [0.944, 1.419] eager, 0.973x [0.634, 1.492] under compile=inductor (torch 2.13.0, this loaded 2-core CPU; budget 1.5, the ratio's noise is the
+    workers' start and the machine's load). The slow control, correct: a new DataLoader (new workers, a new worker
+    seed) for every patch: 9.804x [3.969, 24.217] eager, 12.437x [5.905, 26.193] inductor, its interval's low end
+    2.6x the budget (3.9x).
+
+Compiled: nothing to compile (`compiles_itself`): the workers run numpy augmentations; under compile=inductor the same
+    loaders run and give the same 13 duplicated draws (torch 2.13.0).
 """
 
 import copy
@@ -370,9 +378,11 @@ def seed_augmentations(worker_id):
     torch draws anew every epoch (base seed + worker id)."""
     info = get_worker_info()
     seed = info.seed % 2**32
-    dataset = info.dataset.dataset
-    for state in random_states(dataset.raw_transform) + random_states(dataset.label_transform):
-        state.seed(seed)
+    dataset = info.dataset.dataset  # Observed -> HDF5Dataset
+    for compose in (dataset.raw_transform, dataset.label_transform):
+        for augmentation in compose.transforms:
+            if hasattr(augmentation, "random_state"):
+                augmentation.random_state.seed(seed)
 
 
 def fixed(x):

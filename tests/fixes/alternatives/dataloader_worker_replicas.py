@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from cases.dataloader_worker_replicas import epoch, random_states
+from cases.dataloader_worker_replicas import epoch
 
 
 class ReseededPerProcess(Dataset):
@@ -25,8 +25,10 @@ class ReseededPerProcess(Dataset):
             self.pid = os.getpid()
             seed = int(np.random.SeedSequence(torch.initial_seed()).generate_state(1)[0])
             dataset = self.observed.dataset
-            for state in random_states(dataset.raw_transform) + random_states(dataset.label_transform):
-                state.seed(seed)
+            for compose in (dataset.raw_transform, dataset.label_transform):
+                for augmentation in compose.transforms:
+                    if hasattr(augmentation, "random_state"):
+                        augmentation.random_state.seed(seed)
         return self.observed[idx]
 
 
