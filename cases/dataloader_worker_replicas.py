@@ -10,12 +10,6 @@ Upstream: https://github.com/wolny/pytorch-3dunet/issues/32 ("np.random generate
     today). The code is pytorch-3dunet at 6e5a24b (2019-07-03, the day after the report): `Transformer` gives each
     augmentation its own `np.random.RandomState(47)`, `HDF5Dataset.__init__` builds the raw and the label transforms,
     and `get_train_loaders` reads it with `DataLoader(..., batch_size=1, shuffle=True, num_workers=num_workers)`.
-    Since torch 1.9 the global numpy generator is reseeded in every worker (https://github.com/pytorch/pytorch/pull/56488);
-    an instance generator is not, which is why the older threads' fix, `np.random.seed` in `worker_init_fn`, changes
-    nothing here: https://github.com/Project-MONAI/MONAI/issues/1068 (MONAI's transforms draw from `self.R`, a
-    RandomState of their own: "Notice that the random number repeat every epoch and even iterations", with a
-    `worker_init_fn` that seeds `np.random`). Checked and not used: https://github.com/open-mmlab/OpenPCDet/issues/886
-    (the global `np.random`, which torch reseeds since 1.9).
 
 Fidelity: faithful in the code that fails: pytorch-3dunet's `RandomFlip`, `RandomRotate90`, `RandomRotate`,
     `RandomContrast`, `Normalize`, `ToTensor` and `Transformer` as they were at 6e5a24b (re-typed, the same draws in
@@ -37,7 +31,9 @@ Symptom on CPU: nothing raises and nothing is printed (torch 2.13.0, run here). 
 
 Cause: the DataLoader forks each worker from the main process, so each starts with a copy of the Dataset and of the
     RandomStates its `__init__` made, in the same state. torch reseeds its own generator, Python's `random` and (since
-    1.9) the global numpy generator in each worker, but cannot know of a generator held by the Dataset.
+    1.9, https://github.com/pytorch/pytorch/pull/56488) the global numpy generator in each worker, but cannot know of a
+    generator held by the Dataset. (https://github.com/open-mmlab/OpenPCDet/issues/886, checked and not used, is the
+    global `np.random`'s case, which that reseeding fixed.)
 
 Fix: torch's documented one (the `worker_init_fn` and `get_worker_info` notes of torch.utils.data): a `worker_init_fn`
     that reseeds the dataset's generators from `torch.utils.data.get_worker_info().seed` (base seed + worker id, a new
@@ -48,8 +44,9 @@ Fix: torch's documented one (the `worker_init_fn` and `get_worker_info` notes of
     `fix`, is rejected by correct: `duplicated_draws` differs). The reference reads every patch in this process from a copy of the dataset (`num_workers=0`, the
     thread's "work just fine"): 27 patches, 0 duplicated draws, 0 labels misaligned. Wrong ones: `np.random.seed` in
     `worker_init_fn` (the advice of https://github.com/sunset1995/HorizonNet/issues/4 and
-    https://github.com/xingyizhou/CenterNet/issues/233, as MONAI #1068 did): the global generator changes, the
-    Dataset's do not: 13 duplicated draws still; fresh unseeded generators per augmentation in `worker_init_fn` (a
+    https://github.com/xingyizhou/CenterNet/issues/233; https://github.com/Project-MONAI/MONAI/issues/1068 did it for
+    transforms that draw from a RandomState of their own, `self.R`: "Notice that the random number repeat every epoch
+    and even iterations"): the global generator changes, the Dataset's do not: 13 duplicated draws still; fresh unseeded generators per augmentation in `worker_init_fn` (a
     generic attempt): no duplicates, but raw and label draw apart, and all 27 labels are flipped or rotated
     differently from their images. Its cost: a seed call per RandomState once per worker per epoch, against the buggy
     loader: 1.157x [0.944, 1.419] eager, 0.973x [0.634, 1.492] under compile=inductor (torch 2.13.0, this loaded 2-core CPU; budget 1.5, the ratio's noise is the
@@ -97,21 +94,21 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
-            r"(?i)\bnum_?work\w*\s*(?:=|>)\s*\d+[^.]{0,40}\b(?:data|samples?|examples?)\b (?:is|are|gets?) (?:repeated|duplicated)|\b(?:data|samples?|examples?) (?:is |are )?(?:repeated|duplicated) num_?work\w* times",
+            r"(?i)\bnum_?work\w* ?(?:=|>) ?\d+[^.]{0,40}\b(?:data|samples?|examples?)\b (?:is|are|gets?) (?:repeated|duplicated)|\b(?:data|samples?|examples?) (?:is |are )?(?:repeated|duplicated) num_?work\w* times",
             0.55,
             "an IterableDataset's data repeated once per worker: every worker reads the whole stream",
             family=True,
         ),
         Sign(
             "failure",
-            r"(?i)\bnum_?work\w*`?\s*(?:affects?|changes?|multipl\w+)\b[^.]{0,20}\b(?:total )?number of (?:batches|samples|examples)",
+            r"(?i)\bnum_?work\w*`? *(?:affects?|changes?|multipl\w+)\b[^.]{0,20}\b(?:total )?number of (?:batches|samples|examples)",
             0.55,
             "an epoch whose length grows with num_workers: each worker yields the whole IterableDataset",
             family=True,
         ),
         Sign(
             "failure",
-            r"(?i)\b(?:random (?:numbers?|values?|draws?)|augmentations?)\b[^.?]{0,60}\b(?:different|every|each) epochs?\s+(?:is|are) the same\b|\b(?:same|identical) (?:random (?:numbers?|values?)|augmentations?)\b[^.?]{0,30}\b(?:across|in (?:different|every|each)) epochs?\b",
+            r"(?i)\b(?:random (?:numbers?|values?|draws?)|augmentations?)\b[^.?]{0,60}\b(?:different|every|each) epochs? +(?:is|are) the same\b|\b(?:same|identical) (?:random (?:numbers?|values?)|augmentations?)\b[^.?]{0,30}\b(?:across|in (?:different|every|each)) epochs?\b",
             0.5,
             "the workers' random draws the same in every epoch: each epoch's workers start from the same state",
         ),
