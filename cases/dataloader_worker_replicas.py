@@ -48,7 +48,10 @@ Fix: torch's documented one (the `worker_init_fn` and `get_worker_info` notes of
     transforms that draw from a RandomState of their own, `self.R`: "Notice that the random number repeat every epoch
     and even iterations"): the global generator changes, the Dataset's do not: 13 duplicated draws still; fresh unseeded generators per augmentation in `worker_init_fn` (a
     generic attempt): no duplicates, but raw and label draw apart, and all 27 labels are flipped or rotated
-    differently from their images. Its cost: a seed call per RandomState once per worker per epoch, against the buggy
+    differently from their images. The family's other face, an IterableDataset without sharding read whole by every
+    worker (tfrecord #78, datasets #3423 in the triage logs), is no part of pytorch-3dunet's code: the test file shows it
+    on the same 27 patches as a stream (each read twice with 2 workers) and its fix, each worker taking every
+    num_workers-th item from its `get_worker_info().id`. Its cost: a seed call per RandomState once per worker per epoch, against the buggy
     loader: 1.157x [0.944, 1.419] eager, 0.973x [0.634, 1.492] under compile=inductor (torch 2.13.0, this loaded 2-core CPU; budget 1.5, the ratio's noise is the
     workers' start and the machine's load). The slow control, correct: a new DataLoader (new workers, a new worker
     seed) for every patch: 9.804x [3.969, 24.217] eager, 12.437x [5.905, 26.193] inductor, its interval's low end

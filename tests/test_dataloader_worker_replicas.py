@@ -79,3 +79,23 @@ def test_the_fix_the_alternative_and_the_slow_control_are_right(x):
         got = f(x)
         assert got["patches"].tolist() == want["patches"].tolist(), f.__name__
         assert counts(got) == counts(want), f.__name__
+
+
+class PatchStream(torch.utils.data.IterableDataset):
+    """The family's other face (tfrecord #78, datasets #3423 in the triage logs): the patches as a stream, read whole
+    by every worker unless each worker takes its own share (`shard`: every num_workers-th patch from its id)."""
+
+    def __init__(self, count, shard):
+        self.count, self.shard = count, shard
+
+    def __iter__(self):
+        info = get_worker_info()
+        start, step = (info.id, info.num_workers) if self.shard and info is not None else (0, 1)
+        return iter(range(start, self.count, step))
+
+
+def test_an_iterable_dataset_is_read_once_per_worker_unless_sharded_by_worker_id(x):
+    unsharded = sorted(int(i) for i in DataLoader(PatchStream(len(x.dataset), shard=False), batch_size=None, num_workers=2))
+    assert unsharded == sorted(list(range(27)) * 2)  # every patch twice: 27 duplicated samples in an epoch of 54
+    sharded = sorted(int(i) for i in DataLoader(PatchStream(len(x.dataset), shard=True), batch_size=None, num_workers=2))
+    assert sharded == list(range(27))
