@@ -2,7 +2,7 @@ import sys
 
 from harness.cases import fork_server_modules
 from harness.compiled import requested
-from harness.process.isolate import start_fork_server
+from harness.process.fork_server import start_fork_server
 
 if __name__ == "__main__":  # the fork server imports this module again as __mp_main__
     if sys.argv[1:2] == ["new"]:  # python -m harness new <name>: a case's scaffold, no Hydra and no fork server

@@ -141,26 +141,39 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
         if record is None:
             table.add_row(label, device, "[red]cut[/red]" if _is_cut(note) else "[red]NO[/red]", *["-"] * 7)
             continue
-        by_phase = {phase.phase: phase for phase in record.phases}
-        bad_fixes = [phase for phase in record.phases if phase.phase.startswith("bad_fix:")]
-        slow_fixes = [phase for phase in record.phases if phase.phase.startswith("slow_fix:") and phase.status != "no_budget"]
         for phase in record.phases:
             if phase.status == UNDECIDED:
                 undecided["memory" if phase.phase == "memory" or phase.phase.startswith("memory_fix:") else "speed"] += 1
-        table.add_row(
-            label,
-            device,
-            "[green]yes[/green]" if record.ok and not note else "[red]cut[/red]" if _is_cut(note) else "[red]NO[/red]",
-            *(by_phase[name].status if name in by_phase else "-" for name in ("reproduce", "fix", "correct")),
-            speed_cell(by_phase.get("speed")),
-            f"{sum(p.status == 'flagged' for p in slow_fixes)}/{len(slow_fixes)} flagged" if slow_fixes else "-",
-            f"{sum(p.status == 'rejected' for p in bad_fixes)}/{len(bad_fixes)} rejected" if bad_fixes else "-",
-            memory_cell(
-                by_phase.get("memory"),
-                [phase for phase in record.phases if phase.phase.startswith("memory_fix:") and phase.status != "no_budget"],
-            ),
-        )
+        table.add_row(label, device, *_cells(record, note))
     _print_whole(console, table)
+    _print_caveats(console, undecided, sum(_is_cut(note) for note in notes))
+    for footnote in footnotes:
+        console.print(f"[red]{'cut' if _is_cut(footnote.partition(': ')[2]) else 'NO'}[/red] {footnote}", highlight=False)
+    paths = [str(row[1].parent) for row in rows if row[1] is not None]
+    where = sweep_dir if sweep_dir is not None else (os.path.commonpath(paths) if paths else None)
+    if where is not None:
+        console.print(f"records: {where}")
+
+
+def _cells(record, note: str | None) -> list[str]:
+    """A finished job's cells, from "ok" on."""
+    by_phase = {phase.phase: phase for phase in record.phases}
+    bad_fixes = [phase for phase in record.phases if phase.phase.startswith("bad_fix:")]
+    slow_fixes = [phase for phase in record.phases if phase.phase.startswith("slow_fix:") and phase.status != "no_budget"]
+    return [
+        "[green]yes[/green]" if record.ok and not note else "[red]cut[/red]" if _is_cut(note) else "[red]NO[/red]",
+        *(by_phase[name].status if name in by_phase else "-" for name in ("reproduce", "fix", "correct")),
+        speed_cell(by_phase.get("speed")),
+        f"{sum(p.status == 'flagged' for p in slow_fixes)}/{len(slow_fixes)} flagged" if slow_fixes else "-",
+        f"{sum(p.status == 'rejected' for p in bad_fixes)}/{len(bad_fixes)} rejected" if bad_fixes else "-",
+        memory_cell(
+            by_phase.get("memory"),
+            [phase for phase in record.phases if phase.phase.startswith("memory_fix:") and phase.status != "no_budget"],
+        ),
+    ]
+
+
+def _print_caveats(console: Console, undecided: dict[str, int], cut: int) -> None:
     if undecided["speed"]:
         console.print(
             f"[yellow]{undecided['speed']} speed verdict(s) inconclusive[/yellow]: ok, but not a pass; rerun, or raise speed.max_s"
@@ -169,17 +182,10 @@ def print_summary(console: Console, rows: Sequence[tuple], sweep_dir: Path | Non
         console.print(
             f"[yellow]{undecided['memory']} memory verdict(s) inconclusive[/yellow]: ok, but not a pass; rerun, or raise case.memory.steps"
         )
-    cut = sum(_is_cut(note) for note in notes)
     if cut:
         console.print(
             f"[red]{cut} job(s) cut[/red] before they finished (cancelled, out of time, killed): not a verdict on the case; each record keeps the phases before the cut"
         )
-    for footnote in footnotes:
-        console.print(f"[red]{'cut' if _is_cut(footnote.partition(': ')[2]) else 'NO'}[/red] {footnote}", highlight=False)
-    paths = [str(row[1].parent) for row in rows if row[1] is not None]
-    where = sweep_dir if sweep_dir is not None else (os.path.commonpath(paths) if paths else None)
-    if where is not None:
-        console.print(f"records: {where}")
 
 
 def _is_cut(note: str | None) -> bool:

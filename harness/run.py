@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
@@ -22,7 +23,8 @@ from harness.grading import grade
 from harness.measure.footprint import MemorySettings
 from harness.phases import PHASES, Settings, SpeedSettings, run_phase
 from harness.process.confine import Limits
-from harness.process.isolate import preload, run_isolated
+from harness.process.fork_server import preload
+from harness.process.isolate import run_isolated
 from harness.records import CaseRecord, PhaseRecord, host_environment, now, probe_device, write_record
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
@@ -266,25 +268,8 @@ def run_case(
     # The submission's kernels, shared by its children alone: it may compile where compile=off too (a case that
     # compiles itself, a fix that calls torch.compile), and each child compiling cold cost recompile_limit 30 s.
     kernels = tempfile.mkdtemp(prefix="harness-grade-kernels-") if submitted is not None else None
-    limits = Limits(kernels=kernels, gpu=device == "cuda")
-    settings = Settings(
-        device=device,
-        timeout_s=float(cfg.timeout_s),
-        speed=speed_settings(cfg),
-        cpu_threads=int(cfg.speed.cpu_threads),
-        limits=limits,
-        memory=memory_settings(cfg),
-    )
-    record = CaseRecord(
-        case=cfg.case.name,
-        title=case_text(case).title,
-        device=device,
-        compile=mode,
-        started_at=now(),
-        environment=environment,
-        config=OmegaConf.to_container(cfg, resolve=True),
-        graded_fix=submitted,
-    )
+    settings = _settings(cfg, device, kernels)
+    record = _new_record(cfg, case, device, environment, submitted)
     path = output_dir / record_name(cfg.case.name, device, mode)
     write_record(record, path)
     sources = grade.project_sources() if submitted is not None else {}
@@ -308,15 +293,45 @@ def run_case(
         if kernels is not None:
             shutil.rmtree(kernels, ignore_errors=True)
         if submitted is not None:  # the sources are checked, and restored, even when grading stopped half-way
-            on_phase("integrity", None)
-            record.phases.append(grade.integrity(sources, record))
-            write_record(record, path)
-            on_phase("integrity", record.phases[-1])
+            _check_integrity(sources, record, path, on_phase)
     record.finished_at = now()
     if submitted is not None:
         record.verdict = grade.verdict(record).line
     write_record(record, path)
     return record, path
+
+
+def _settings(cfg: DictConfig, device: str, kernels: str | None) -> Settings:
+    return Settings(
+        device=device,
+        timeout_s=float(cfg.timeout_s),
+        speed=speed_settings(cfg),
+        cpu_threads=int(cfg.speed.cpu_threads),
+        limits=Limits(kernels=kernels, gpu=device == "cuda"),
+        memory=memory_settings(cfg),
+    )
+
+
+def _new_record(
+    cfg: DictConfig, case: ModuleType, device: str, environment: dict[str, Any], submitted: grade.Submission | None
+) -> CaseRecord:
+    return CaseRecord(
+        case=cfg.case.name,
+        title=case_text(case).title,
+        device=device,
+        compile=compile_axis.mode_of(cfg),
+        started_at=now(),
+        environment=environment,
+        config=OmegaConf.to_container(cfg, resolve=True),
+        graded_fix=submitted,
+    )
+
+
+def _check_integrity(sources: dict, record: CaseRecord, path: Path, on_phase: Callable[[str, PhaseRecord | None], None]) -> None:
+    on_phase("integrity", None)
+    record.phases.append(grade.integrity(sources, record))
+    write_record(record, path)
+    on_phase("integrity", record.phases[-1])
 
 
 def _record_cut(record: CaseRecord, phase: str | None, cut: JobCut, started: float, appended: float) -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.bench import cli, runner, scoreboard, tasks
-from harness.bench.runner import CaseResult, discover
+from harness.bench.run_folder import CaseResult
+from harness.bench.runner import discover
 from harness.cases import ROOT, Growth, Slow, case_names, load_case
 from harness.grading import grade
 from harness.run import run_case

@@ -5,7 +5,8 @@ import tempfile
 
 import pytest
 
-from harness.measure.clock import BlockTiming, TimedProcess, anomaly, clock_figures, drive
+from harness.measure.anomaly import anomaly, clock_figures
+from harness.measure.clock import BlockTiming, TimedProcess, drive
 from harness.measure.timing import PairedSamples
 
 

@@ -191,7 +191,8 @@ def test_a_command_line_that_compiles_is_told_from_one_that_does_not(arguments, 
 FORK_SERVER_OF_A_COMPILED_RUN = """
 import sys
 from harness.cases import fork_server_modules
-from harness.process.isolate import run_isolated, start_fork_server
+from harness.process.fork_server import start_fork_server
+from harness.process.isolate import run_isolated
 
 def state():
     import torch._dynamo.utils
@@ -211,13 +212,20 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("run", [pytest.param("compiled", marks=pytest.mark.slow), "eager"])  # compiled: imports inductor cold (5-14 s)
 def test_the_fork_server_of_a_compiled_run_holds_the_compiler_imported_and_probed_but_nothing_compiled(run, tmp_path):
     import ast
+    import os
     import subprocess
     import sys
 
     script = tmp_path / "server.py"
     script.write_text(FORK_SERVER_OF_A_COMPILED_RUN)
-    done = subprocess.run(
-        [sys.executable, str(script), run], capture_output=True, text=True, timeout=300, cwd=compile_axis.Path(__file__).parents[1]
+    root = compile_axis.Path(__file__).parents[1]
+    done = subprocess.run(  # PYTHONPATH: this checkout's harness, not the one an editable install points to
+        [sys.executable, str(script), run],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))},
     )
     modules, probed, stats = ast.literal_eval(done.stdout.strip().splitlines()[-1])
     if run == "compiled":

@@ -4,7 +4,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from harness.cases import CASE_CONFIG_DIR, ROOT, Symptom, case_names, case_text, config_names, contract_problems, load_case
-from harness.process.isolate import Failure
+from harness.process.outcome import Failure
 
 CASES = case_names()
 

@@ -9,6 +9,7 @@ import pytest
 
 from harness.cases import Growth
 from harness.measure import footprint as memory
+from harness.measure import memory_verdict
 from harness.process.isolate import run_isolated
 from harness.run import run_case
 from tests.conftest import compose_config, requires_cuda
@@ -61,7 +62,7 @@ def test_a_worker_process_that_keeps_one_mib_a_step_is_measured_in_the_worker():
     assert 0.95 * MIB <= memory.fit_slope(grows.workers["uss"], 0.95).per_step <= 1.1 * MIB, grows.figures()
     assert abs(flat.fits["workers_pss"].per_step) < 0.05 * MIB, flat.figures()
     assert memory.fit_slope(grows.retained, 0.95).high < 0.05 * MIB  # the child itself keeps nothing: the main process alone would miss it
-    verdict = memory.judge_memory(grows, flat, {"growth": 0.1})
+    verdict = memory_verdict.judge_memory(grows, flat, {"growth": 0.1})
     assert verdict.status == "over_budget" and verdict.series == "workers_pss", verdict
 
 
@@ -78,18 +79,18 @@ def test_the_verdict_flags_a_step_that_keeps_its_graph_and_passes_a_flat_one():
     flat = measured("training_step")
     growing = measured("training_step_keeping_the_graph")
     budget = {"growth": 0.02, "peak": 1.5}
-    assert memory.judge_memory(flat, baseline, budget).status == "within_budget", memory.describe(flat, baseline)
-    verdict = memory.judge_memory(growing, baseline, budget)
-    assert verdict.status == "over_budget" and verdict.growth_fraction_low > 0.02, memory.describe(growing, baseline)
-    assert memory.judge_memory(growing, baseline, None).status == "measured"  # no budget: figures only
+    assert memory_verdict.judge_memory(flat, baseline, budget).status == "within_budget", memory_verdict.describe(flat, baseline)
+    verdict = memory_verdict.judge_memory(growing, baseline, budget)
+    assert verdict.status == "over_budget" and verdict.growth_fraction_low > 0.02, memory_verdict.describe(growing, baseline)
+    assert memory_verdict.judge_memory(growing, baseline, None).status == "measured"  # no budget: figures only
 
 
 def test_growth_is_reproduced_from_the_slope_s_lower_bound():
     baseline = measured("training_step")
     growing = measured("training_step_keeping_the_graph")
     symptom = Growth(at_least=0.2, oom="CUDA out of memory")  # this step keeps 0.30 of its peak per step
-    assert memory.judge_memory(growing, baseline, None).growth_fraction_low >= symptom.at_least
-    assert memory.judge_memory(baseline, baseline, None).growth_fraction_high < symptom.at_least
+    assert memory_verdict.judge_memory(growing, baseline, None).growth_fraction_low >= symptom.at_least
+    assert memory_verdict.judge_memory(baseline, baseline, None).growth_fraction_high < symptom.at_least
     assert symptom.expected_on("2.13.0") and not Growth(0.5, fixed_in="2.4.0").expected_on("2.13.0")
 
 
@@ -108,21 +109,21 @@ def _steps(slope: memory.Slope, peak: int = 2 * MIB) -> memory.StepMemory:
 def test_growth_is_judged_beyond_the_baseline_s_and_its_interval_decides():
     flat = _steps(memory.Slope(0.0, 0.0, 0.0, 0.95))
     straddling = _steps(memory.Slope(0.02 * MIB, -0.01 * MIB, 0.05 * MIB, 0.95))
-    assert memory.judge_memory(straddling, flat, {"growth": 0.02}).status == "inconclusive"
-    assert memory.judge_memory(flat, flat, {"growth": 0.02, "peak": 1.5}).status == "within_budget"
+    assert memory_verdict.judge_memory(straddling, flat, {"growth": 0.02}).status == "inconclusive"
+    assert memory_verdict.judge_memory(flat, flat, {"growth": 0.02, "peak": 1.5}).status == "within_budget"
     high = _steps(memory.Slope(0.0, 0.0, 0.0, 0.95), peak=4 * MIB)
-    assert memory.judge_memory(high, flat, {"peak": 1.5}).status == "over_budget"
+    assert memory_verdict.judge_memory(high, flat, {"peak": 1.5}).status == "over_budget"
     logging = _steps(memory.Slope(0.1 * MIB, 0.1 * MIB, 0.1 * MIB, 0.95))  # both keep a log: no growth of the fix's own
-    verdict = memory.judge_memory(logging, logging, {"growth": 0.02})
+    verdict = memory_verdict.judge_memory(logging, logging, {"growth": 0.02})
     assert verdict.status == "within_budget" and verdict.growth_fraction == 0.0
-    assert memory.judge_memory(logging, flat, {"growth": 0.02}).status == "over_budget"  # 0.05 of the 2 MiB peak
+    assert memory_verdict.judge_memory(logging, flat, {"growth": 0.02}).status == "over_budget"  # 0.05 of the 2 MiB peak
 
 
 def test_a_tiny_step_is_judged_against_at_least_one_mib():
     tiny = _steps(memory.Slope(1500.0, 1200.0, 1900.0, 0.95), peak=40 << 10)  # a small RNN: pages and arenas, not tensors
     flat = _steps(memory.Slope(0.0, 0.0, 0.0, 0.95), peak=40 << 10)
-    verdict = memory.judge_memory(tiny, flat, {"growth": 0.02, "peak": 1.5})
-    assert verdict.unit == memory.MIN_UNIT and verdict.status == "within_budget", verdict
+    verdict = memory_verdict.judge_memory(tiny, flat, {"growth": 0.02, "peak": 1.5})
+    assert verdict.unit == memory_verdict.MIN_UNIT and verdict.status == "within_budget", verdict
 
 
 # -- the phase, on a case ------------------------------------------------------------------------------------

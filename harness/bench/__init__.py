@@ -8,9 +8,10 @@
 
     tasks       the task set and its hash (harness/bench/tasks.py)
     runner      grading a folder of fixes, a process per grade, resumable (harness/bench/runner.py)
+    run_folder  one run's folder: finished results, markers of grades in progress, the log (harness/bench/run_folder.py)
     scoreboard  the scoreboard, its summary and the comparison of two (harness/bench/scoreboard.py)
     cli         the command line
 
-The import graph runs one way: cli uses the other three, scoreboard uses runner; none uses cli, and nothing
+The import graph runs one way: cli uses the others, runner and scoreboard use run_folder; none uses cli, and nothing
 in the harness imports the bench (a grade is `python -m harness case=... fix=...`, run as a process).
 """

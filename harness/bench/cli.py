@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import scoreboard as boards
-from harness.bench.runner import GRADE_WALL_S, CaseResult, Settings, default_jobs, discover, grade_all, write_atomically
+from harness.bench.run_folder import CaseResult, write_atomically
+from harness.bench.runner import GRADE_WALL_S, Settings, default_jobs, discover, grade_all
 from harness.bench.tasks import FORMAT, set_hash, submission_name, write_tasks
 from harness.cases import case_names, load_case
 from harness.compiled import MODES

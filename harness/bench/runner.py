@@ -16,9 +16,7 @@ device: a second grade's kernels would share the GPU that is timing).
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -31,10 +29,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
+from harness.bench.run_folder import CaseResult, Run, kill_session
 from harness.cases import ROOT
-from harness.process.confine import start_ticks
 
 INTERRUPTIONS = 2  # runs killed while grading one file, after which it is not graded again (it may be what kills them)
 CPUS_PER_GRADE = 2  # a grade's timing child runs single-threaded beside the parent that reads its clock and CPU time
@@ -53,23 +51,6 @@ if sys.argv[2]:
     os.sched_setaffinity(0, {int(cpu) for cpu in sys.argv[2].split(",")})
 os.execv(sys.executable, [sys.executable, *sys.argv[3:]])
 """
-
-
-@dataclass
-class CaseResult:
-    """One task's line of the scoreboard."""
-
-    case: str
-    status: str  # accepted, rejected, not_attempted, duplicate, syntax_error, bad_submission, no_device, grader_timeout, grader_crashed
-    verdict: str = ""  # the grader's verdict line, or why there is none
-    first_failing: str | None = None  # "<check>: <status>" of a rejection
-    files: list[str] = dataclasses.field(default_factory=list)
-    sha256: str | None = None
-    speed: dict[str, Any] | None = None  # ratio, ratio_low, ratio_high, budget, status
-    memory: dict[str, Any] | None = None  # where the grade judged memory
-    seconds: float | None = None
-    record: str | None = None  # relative to OUT
-    exit_code: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,79 +100,6 @@ def _sha256_or_why(path: Path) -> tuple[str, str | None]:
 
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-class Run:
-    """One bench run over OUT: its lock, its finished cases, its markers and its log."""
-
-    def __init__(self, out: Path) -> None:
-        self.out = out
-        (out / "cases").mkdir(parents=True, exist_ok=True)
-        (out / "running").mkdir(exist_ok=True)
-        self._lock_file = open(out / ".lock", "w")
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"another bench run is grading into {out}") from None
-        self._log_lock = threading.Lock()
-
-    def finished(self, case: str) -> CaseResult | None:
-        path = self.out / "cases" / f"{case}.json"
-        if not path.exists():
-            return None
-        return CaseResult(**json.loads(path.read_text()))
-
-    def keep(self, result: CaseResult) -> None:
-        write_atomically(self.out / "cases" / f"{result.case}.json", json.dumps(dataclasses.asdict(result), indent=2) + "\n")
-
-    def log(self, **event: Any) -> None:
-        with self._log_lock, open(self.out / "log.jsonl", "a") as log:
-            log.write(json.dumps({"at": round(time.time(), 3), **event}) + "\n")
-
-    def interruptions(self, case: str, sha256: str) -> int:
-        return sum(e["event"] == "interrupted" and e["case"] == case and e.get("sha256") == sha256 for e in self.events())
-
-    def events(self) -> list[dict[str, Any]]:
-        path = self.out / "log.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
-    def clear_interrupted(self, event: str = "interrupted") -> None:
-        """Kill what grades cut short left running (by their session), forget their markers; log `event` for each:
-        `interrupted` where a run died under them (counted: INTERRUPTIONS), `stopped` where it was stopped (Ctrl-C)."""
-        for marker in sorted((self.out / "running").glob("*.json")):
-            said = json.loads(marker.read_text() or "{}")
-            killed = kill_session(int(said.get("pid", 0)), int(said.get("start_ticks", 0)))
-            self.log(case=said.get("case", marker.stem), event=event, sha256=said.get("sha256"), killed=killed)
-            marker.unlink()
-
-    @contextlib.contextmanager
-    def running(self, case: str, sha256: str, pid: int) -> Iterator[None]:
-        marker = self.out / "running" / f"{case}.json"
-        write_atomically(marker, json.dumps({"case": case, "sha256": sha256, "pid": pid, "start_ticks": start_ticks(pid)}))
-        try:
-            yield
-        finally:
-            marker.unlink(missing_ok=True)
-
-
-def kill_session(leader: int, leader_ticks: int) -> int:
-    """SIGKILL every process in the session `leader` started that started no earlier than the leader did (so a
-    process that merely reuses an old pid is spared); the number killed."""
-    if leader <= 0:
-        return 0
-    killed = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_bytes().rpartition(b")")[2].split()
-        except OSError:
-            continue
-        if int(fields[3]) == leader and int(fields[19]) >= leader_ticks:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry), signal.SIGKILL)
-                killed += 1
-    return killed
 
 
 def grade_one(case: str, path: Path, out: Path, settings: Settings, cpus: list[int], run: Run) -> CaseResult:
@@ -323,37 +231,7 @@ def grade_all(
     run = Run(out)
     run.clear_interrupted()
     results: dict[str, CaseResult] = {}
-    todo: list[tuple[str, Path]] = []
-    for case in cases:
-        files = submissions.get(case, [])
-        if not files:
-            results[case] = CaseResult(case, "not_attempted", "no fix_<case>.py for this case")
-        elif len(files) > 1:
-            results[case] = CaseResult(
-                case,
-                "duplicate",
-                f"{len(files)} files for one case, none graded: {', '.join(map(str, files))}",
-                files=list(map(str, files)),
-            )
-        elif (sha256 := _sha256_or_why(files[0]))[1]:
-            results[case] = CaseResult(case, "bad_submission", f"{files[0]}: cannot be read: {sha256[1]}", files=[str(files[0])])
-        elif (kept := run.finished(case)) is not None and kept.sha256 == sha256[0] and kept.files == [str(files[0])]:
-            results[case] = kept
-            on_result(kept, True)
-            continue
-        elif (cut := run.interruptions(case, sha256[0])) >= INTERRUPTIONS:
-            results[case] = CaseResult(
-                case,
-                "grader_crashed",
-                f"the bench itself was killed {cut} times while grading this file (by the file, or from outside): not graded again; a fresh --out grades it anew",
-                files=[str(files[0])],
-                sha256=sha256[0],
-            )
-        else:
-            todo.append((case, files[0]))
-            continue
-        run.keep(results[case])
-        on_result(results[case], False)
+    todo = _settled(submissions, cases, run, results, on_result)
     slices = cpu_slices(jobs) if jobs > 1 else [[]]
     free = list(range(len(slices)))
     lock, stopping = threading.Lock(), threading.Event()
@@ -386,7 +264,44 @@ def grade_all(
     return {case: results[case] for case in cases}
 
 
-def write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+def _settled(
+    submissions: dict[str, list[Path]],
+    cases: list[str],
+    run: Run,
+    results: dict[str, CaseResult],
+    on_result: Callable[[CaseResult, bool], None],
+) -> list[tuple[str, Path]]:
+    """Puts in `results` each case settled without a grade (no file, several, unreadable, finished before, crashed the
+    bench too often); the cases left to grade, with their file."""
+    todo: list[tuple[str, Path]] = []
+    for case in cases:
+        files = submissions.get(case, [])
+        if not files:
+            results[case] = CaseResult(case, "not_attempted", "no fix_<case>.py for this case")
+        elif len(files) > 1:
+            results[case] = CaseResult(
+                case,
+                "duplicate",
+                f"{len(files)} files for one case, none graded: {', '.join(map(str, files))}",
+                files=list(map(str, files)),
+            )
+        elif (sha256 := _sha256_or_why(files[0]))[1]:
+            results[case] = CaseResult(case, "bad_submission", f"{files[0]}: cannot be read: {sha256[1]}", files=[str(files[0])])
+        elif (kept := run.finished(case)) is not None and kept.sha256 == sha256[0] and kept.files == [str(files[0])]:
+            results[case] = kept
+            on_result(kept, True)
+            continue
+        elif (cut := run.interruptions(case, sha256[0])) >= INTERRUPTIONS:
+            results[case] = CaseResult(
+                case,
+                "grader_crashed",
+                f"the bench itself was killed {cut} times while grading this file (by the file, or from outside): not graded again; a fresh --out grades it anew",
+                files=[str(files[0])],
+                sha256=sha256[0],
+            )
+        else:
+            todo.append((case, files[0]))
+            continue
+        run.keep(results[case])
+        on_result(results[case], False)
+    return todo

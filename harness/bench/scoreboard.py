@@ -14,7 +14,7 @@ import dataclasses
 import math
 from typing import Any
 
-from harness.bench.runner import CaseResult
+from harness.bench.run_folder import CaseResult
 
 GRADED = ("accepted", "rejected")
 

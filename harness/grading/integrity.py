@@ -23,28 +23,9 @@ def project_sources() -> dict[str, bytes]:
 def integrity(before: dict[str, bytes], record: CaseRecord) -> PhaseRecord:
     """After grading: the project's sources byte-identical (a changed file is restored, and rejects the fix), no
     write outside a child's scratch directory attempted, no process of the submission left running."""
-    after = project_sources()
-    changed = sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
-    for path in changed:
-        target = ROOT / path
-        if path in before:
-            target.write_bytes(before[path])
-        else:
-            target.unlink(missing_ok=True)
-    refused = list(dict.fromkeys(line for phase in record.phases for line in phase.figures.get("refused_writes", [])))
-    left = list(dict.fromkeys(line for phase in record.phases for line in phase.figures.get("left_behind", [])))
-    confinement = next((phase.figures["confinement"] for phase in record.phases if phase.figures.get("confinement")), None)
-    figures = {
-        "sources": len(before),
-        "source_sha256": {path: hashlib.sha256(data).hexdigest() for path, data in sorted(before.items())},
-        "sources_sha256": hashlib.sha256(
-            b"".join(path.encode() + hashlib.sha256(data).digest() for path, data in sorted(before.items()))
-        ).hexdigest(),
-        "changed": changed,
-        "refused_writes": refused,
-        "left_behind": left,
-        "confinement": confinement,
-    }
+    changed = _restore(before, project_sources())
+    figures = _figures(before, changed, record)
+    refused, left = figures["refused_writes"], figures["left_behind"]
     if changed:
         return PhaseRecord(
             "integrity",
@@ -85,3 +66,32 @@ def integrity(before: dict[str, bytes], record: CaseRecord) -> PhaseRecord:
         f"{len(before)} project sources unchanged (sha256 {figures['sources_sha256'][:12]}); no write outside the sandbox; no process left",
         figures,
     )
+
+
+def _restore(before: dict[str, bytes], after: dict[str, bytes]) -> list[str]:
+    """The sources that differ from the copy read before grading, each put back as it was."""
+    changed = sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
+    for path in changed:
+        target = ROOT / path
+        if path in before:
+            target.write_bytes(before[path])
+        else:
+            target.unlink(missing_ok=True)
+    return changed
+
+
+def _figures(before: dict[str, bytes], changed: list[str], record: CaseRecord) -> dict:
+    refused = list(dict.fromkeys(line for phase in record.phases for line in phase.figures.get("refused_writes", [])))
+    left = list(dict.fromkeys(line for phase in record.phases for line in phase.figures.get("left_behind", [])))
+    confinement = next((phase.figures["confinement"] for phase in record.phases if phase.figures.get("confinement")), None)
+    return {
+        "sources": len(before),
+        "source_sha256": {path: hashlib.sha256(data).hexdigest() for path, data in sorted(before.items())},
+        "sources_sha256": hashlib.sha256(
+            b"".join(path.encode() + hashlib.sha256(data).digest() for path, data in sorted(before.items()))
+        ).hexdigest(),
+        "changed": changed,
+        "refused_writes": refused,
+        "left_behind": left,
+        "confinement": confinement,
+    }

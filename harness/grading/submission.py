@@ -13,7 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 from harness.grading.common import BadSubmission
 from harness.phases.common import record_of
 from harness.process.confine import Limits
-from harness.process.isolate import ChildResult, run_isolated
+from harness.process.isolate import run_isolated
+from harness.process.outcome import ChildResult
 from harness.process.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
 from harness.records import PhaseRecord
 

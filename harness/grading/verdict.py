@@ -8,10 +8,10 @@ from types import ModuleType
 
 import torch
 
-from harness.cases import Slow, symptom_on
 from harness.grading.common import GRADED_PHASES, IMPLAUSIBLY_FAST, Verdict
 from harness.process.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
 from harness.records import CaseRecord, PhaseRecord
+from harness.symptoms import Slow, symptom_on
 
 
 def _name_the_symptom(record: PhaseRecord, case: ModuleType, device: str) -> PhaseRecord:

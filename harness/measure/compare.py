@@ -82,6 +82,27 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float, scale: float = 0.0
     position: a submitted output arrives as a list).
     """
     got_named, want_named = named_tensors(got), named_tensors(want)
+    unlike = _unlike(got_named, want_named)
+    if unlike is not None:
+        return unlike
+    counts = {"integers": 0, "mismatched_integers": 0, "floats": 0, "mismatched_floats": 0}
+    sums = {"max_abs_diff": 0.0, "excess": 0.0, "error_sq": 0.0, "reference_sq": 0.0}
+    differing: list[dict[str, Any]] = []
+    for (_, g), (path, w) in zip(got_named, want_named):
+        if w is None:
+            continue
+        g, w = g.detach().cpu(), w.detach().cpu()
+        if w.is_floating_point() or w.is_complex():
+            differs = _compare_floats(g.double(), w.double(), path, atol, rtol, scale, counts, sums)
+        else:
+            differs = _compare_integers(g, w, path, counts)
+        if differs:
+            differing.append(differs)
+    return _figures(counts, sums, differing)
+
+
+def _unlike(got_named: list, want_named: list) -> dict[str, Any] | None:
+    """Why `got` cannot be compared with `want` element by element (a count, a None, a shape), or None."""
     if len(got_named) != len(want_named):
         return {"match": False, "reason": f"{len(got_named)} outputs, reference has {len(want_named)}"}
     for (_, g), (path, w) in zip(got_named, want_named):
@@ -94,55 +115,53 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float, scale: float = 0.0
             }
         if g is not None and g.shape != w.shape:
             return {"match": False, "reason": f"{path}: shape {tuple(g.shape)}, reference {tuple(w.shape)}"}
+    return None
 
-    counts = {"integers": 0, "mismatched_integers": 0, "floats": 0, "mismatched_floats": 0}
-    max_abs_diff = excess = 0.0
-    error_sq = reference_sq = 0.0
-    differing: list[dict[str, Any]] = []
-    for (_, g), (path, w) in zip(got_named, want_named):
-        if w is None:
-            continue
-        g, w = g.detach().cpu(), w.detach().cpu()
-        if w.is_floating_point() or w.is_complex():
-            g, w = g.double(), w.double()
-            diff = (g - w).nan_to_num(nan=math.inf)
-            this_max = float(diff.abs().max()) if diff.numel() else 0.0
-            max_abs_diff = max(max_abs_diff, this_max)
-            error_sq += float(diff.pow(2).sum())
-            reference_sq += float(w.pow(2).sum())
-            bound = atol + scale * float(w.abs().max()) if scale and w.numel() else atol
-            mismatched = int((~torch.isclose(g, w, atol=bound, rtol=rtol, equal_nan=True)).sum())
-            if mismatched:
-                excess = max(excess, _excess(g, w, bound, rtol))
-            counts["floats"] += w.numel()
-            counts["mismatched_floats"] += mismatched
-            if mismatched:
-                norm = float(w.norm())
-                differing.append(
-                    {
-                        "output": path,
-                        "mismatched": mismatched,
-                        "of": w.numel(),
-                        "max_abs_diff": this_max,
-                        "relative_error": float(diff.norm()) / norm if norm else math.inf,
-                    }
-                )
-        else:
-            mismatched = int((g != w).sum())
-            counts["integers"] += w.numel()
-            counts["mismatched_integers"] += mismatched
-            if mismatched:
-                differing.append({"output": path, "mismatched": mismatched, "of": w.numel()})
 
+def _compare_floats(
+    g: torch.Tensor, w: torch.Tensor, path: str, atol: float, rtol: float, scale: float, counts: dict[str, int], sums: dict[str, float]
+) -> dict[str, Any] | None:
+    """Adds one floating output's figures to `counts` and `sums`; what it differs by, if it does."""
+    diff = (g - w).nan_to_num(nan=math.inf)
+    this_max = float(diff.abs().max()) if diff.numel() else 0.0
+    sums["max_abs_diff"] = max(sums["max_abs_diff"], this_max)
+    sums["error_sq"] += float(diff.pow(2).sum())
+    sums["reference_sq"] += float(w.pow(2).sum())
+    bound = atol + scale * float(w.abs().max()) if scale and w.numel() else atol
+    mismatched = int((~torch.isclose(g, w, atol=bound, rtol=rtol, equal_nan=True)).sum())
+    if mismatched:
+        sums["excess"] = max(sums["excess"], _excess(g, w, bound, rtol))
+    counts["floats"] += w.numel()
+    counts["mismatched_floats"] += mismatched
+    if not mismatched:
+        return None
+    norm = float(w.norm())
+    return {
+        "output": path,
+        "mismatched": mismatched,
+        "of": w.numel(),
+        "max_abs_diff": this_max,
+        "relative_error": float(diff.norm()) / norm if norm else math.inf,
+    }
+
+
+def _compare_integers(g: torch.Tensor, w: torch.Tensor, path: str, counts: dict[str, int]) -> dict[str, Any] | None:
+    mismatched = int((g != w).sum())
+    counts["integers"] += w.numel()
+    counts["mismatched_integers"] += mismatched
+    return {"output": path, "mismatched": mismatched, "of": w.numel()} if mismatched else None
+
+
+def _figures(counts: dict[str, int], sums: dict[str, float], differing: list[dict[str, Any]]) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "match": counts["mismatched_integers"] + counts["mismatched_floats"] == 0,
         **counts,
-        "max_abs_diff": max_abs_diff,
+        "max_abs_diff": sums["max_abs_diff"],
     }
     if counts["mismatched_floats"]:
-        figures["tolerance_excess"] = excess
-    if reference_sq > 0:
-        relative_error = math.sqrt(error_sq / reference_sq)
+        figures["tolerance_excess"] = sums["excess"]
+    if sums["reference_sq"] > 0:
+        relative_error = math.sqrt(sums["error_sq"] / sums["reference_sq"])
         figures["relative_error"] = relative_error
         figures["snr_db"] = math.inf if relative_error == 0 else -20 * math.log10(relative_error)
     if differing:

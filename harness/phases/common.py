@@ -11,13 +11,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness import compiled as compile_axis
-from harness.cases import symptom_on
 from harness.measure import footprint as memory_source
 from harness.measure.timing import MAX_RETAKES, synchronize
 from harness.process.confine import Limits
-from harness.process.isolate import ChildResult, Failure
+from harness.process.outcome import ChildResult, Failure
 from harness.process.submitted import load_submitted, submission_of
 from harness.records import PhaseRecord
+from harness.symptoms import symptom_on
 
 FIXED = "fixed"
 BUGGY = "buggy"

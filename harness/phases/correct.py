@@ -31,7 +31,8 @@ from harness.phases.common import (
     record_of,
     tolerance_text,
 )
-from harness.process.isolate import Failure, run_isolated
+from harness.process.isolate import run_isolated
+from harness.process.outcome import Failure
 from harness.records import PhaseRecord
 
 

@@ -12,8 +12,9 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness.cases import load_case, symptom_on
+from harness.cases import load_case
 from harness.measure import footprint as memory_source
+from harness.measure import memory_verdict
 from harness.phases.common import (
     FIXED,
     MEMORY_BASELINE,
@@ -27,9 +28,11 @@ from harness.phases.common import (
     record_of,
     speed_config,
 )
-from harness.process.isolate import ChildResult, Failure, run_isolated
+from harness.process.isolate import run_isolated
+from harness.process.outcome import ChildResult, Failure
 from harness.process.submitted import SUBMITTED_KEY, submission_of
 from harness.records import PhaseRecord
+from harness.symptoms import symptom_on
 
 
 def memory(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
@@ -48,9 +51,9 @@ def reproduce_growth(case: ModuleType, cfg: DictConfig, settings: Settings) -> P
     if isinstance(measured, PhaseRecord):
         return measured
     buggy, baseline, figures, seconds, output = measured
-    verdict = memory_source.judge_memory(buggy, baseline, None)
+    verdict = memory_verdict.judge_memory(buggy, baseline, None)
     figures.update(verdict.figures(), at_least=symptom.at_least, oom=symptom.oom)
-    said = memory_source.describe(buggy, baseline)
+    said = memory_verdict.describe(buggy, baseline)
     if verdict.growth_fraction_low >= symptom.at_least:
         return PhaseRecord("reproduce", "reproduced", True, f"memory grows: {said}", figures, seconds, output)
     return PhaseRecord(
@@ -81,9 +84,9 @@ def memory_judged(phase: str, candidate: str, case: ModuleType, cfg: DictConfig,
         return measured
     fix_memory, baseline, figures, seconds, output = measured
     budget = memory_budget(cfg, settings.device)
-    verdict = memory_source.judge_memory(fix_memory, baseline, budget)
+    verdict = memory_verdict.judge_memory(fix_memory, baseline, budget)
     figures.update(verdict.figures(), budget=budget)
-    said = memory_source.describe(fix_memory, baseline)
+    said = memory_verdict.describe(fix_memory, baseline)
     message = {
         "measured": f"{said}; no memory budget on {settings.device}",
         "within_budget": f"{said}; within budget {budget}",

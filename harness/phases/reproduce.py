@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import re
-import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
@@ -14,13 +11,14 @@ import torch
 from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
-from harness.cases import Growth, Slow, Symptom, Warns, WrongResult, load_case, symptom_on
-from harness.measure.compare import compare, tolerance_of
-from harness.phases.common import BUGGY, Settings, abnormal, call, compiled_for, difference, record_of, tolerance_text
+from harness.phases.buggy_run import BuggyRun, reproduce_in_child
+from harness.phases.common import BUGGY, Settings, abnormal, difference, record_of, tolerance_text
 from harness.phases.memory import reproduce_growth
 from harness.phases.speed import time_against
-from harness.process.isolate import ChildResult, Failure, run_isolated
+from harness.process.isolate import run_isolated
+from harness.process.outcome import ChildResult
 from harness.records import PhaseRecord
+from harness.symptoms import Growth, Slow, Symptom, Warns, WrongResult, symptom_on
 
 
 @dataclass(frozen=True)
@@ -37,7 +35,7 @@ class Kind:
 def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
     kind = next(KINDS[cls] for cls in type(symptom).__mro__ if cls in KINDS)
-    result = run_isolated(_reproduce_in_child, cfg, settings.device, kind.returns, timeout_s=settings.timeout_s) if kind.in_child else None
+    result = run_isolated(reproduce_in_child, cfg, settings.device, kind.returns, timeout_s=settings.timeout_s) if kind.in_child else None
     return kind.judge(symptom, case, cfg, settings, result)
 
 
@@ -103,16 +101,26 @@ def reproduce_silent(
     warning = next((line for line in warned if re.search(symptom.warning, line)), None) if symptom.warning else None
     figures["warning"] = warning
     if isinstance(symptom, Warns):
-        if warning is not None:
-            return record_of("reproduce", "warned", expected, warning, result, figures)
-        return record_of(
-            "reproduce",
-            symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)) if not expected else "not_reproduced",
-            not expected,
-            f"buggy ran without the warning /{symptom.warning}/ on torch {torch.__version__}",
-            result,
-            figures,
-        )
+        return _judge_warned(symptom, cfg, result, figures, warning, expected)
+    return _judge_wrong_result(symptom, cfg, result, figures, warning, expected, compared)
+
+
+def _judge_warned(symptom: Warns, cfg: DictConfig, result: ChildResult, figures: dict, warning: str | None, expected: bool) -> PhaseRecord:
+    if warning is not None:
+        return record_of("reproduce", "warned", expected, warning, result, figures)
+    return record_of(
+        "reproduce",
+        symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)) if not expected else "not_reproduced",
+        not expected,
+        f"buggy ran without the warning /{symptom.warning}/ on torch {torch.__version__}",
+        result,
+        figures,
+    )
+
+
+def _judge_wrong_result(
+    symptom: WrongResult, cfg: DictConfig, result: ChildResult, figures: dict, warning: str | None, expected: bool, compared: dict
+) -> PhaseRecord:
     wrong = not compared["match"]
     if wrong and (symptom.warning is None or warning is not None):
         said = f"returned a wrong result: {difference(compared)}" + (f"; warned {warning}" if warning else "")
@@ -210,83 +218,6 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
     return record_of("reproduce", "raised", expected, failure.headline + eager, result, figures)
 
 
-@dataclass
-class BuggyRun:
-    """What the reproduce child saw of one buggy call: how it failed, the unrelated op after a CUDA error, its output
-    against the reference (compiled, or where the failure raises nothing), every warning it issued and every line
-    torch logged at WARNING or above ("Category: message" / "logger: message", verbatim), and the graphs dynamo
-    compiled during it (a recompile is one more)."""
-
-    failure: Failure | None
-    context_after: str | None = None
-    compared: dict | None = None
-    warned: list[str] = field(default_factory=list)
-    logged: list[str] = field(default_factory=list)
-    graphs_compiled: int = 0
-
-    def said(self) -> dict[str, Any]:
-        said = {"warnings": self.warned, "logged": self.logged, "graphs_compiled": self.graphs_compiled}
-        return {key: value for key, value in said.items() if value}
-
-
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with contextlib.suppress(Exception):
-            self.lines.append(f"{record.name}: {record.getMessage()}"[:2000])
-
-
-def _torch_loggers() -> list[logging.Logger]:
-    """torch's loggers that hand their records to no parent: "torch", and those torch._logging sets up with handlers
-    of their own ("torch._dynamo", "torch._inductor", ...); a handler on each hears every torch log line once."""
-    named = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict) if name.startswith("torch.")]
-    return [logging.getLogger("torch")] + [logger for logger in named if isinstance(logger, logging.Logger) and not logger.propagate]
-
-
-def _reproduce_in_child(cfg: DictConfig, device: str, silent: bool) -> dict[str, Any]:
-    """`buggy` as a user's process runs it: a `BuggyRun`'s fields (plain data back to the parent)."""
-    case = load_case(cfg.name)
-    cfg = compile_axis.as_users_run_it(cfg)  # the failure as a user's process shows it
-    inputs = case.make_inputs(cfg, device)
-    logged = _Lines()
-    listened = _torch_loggers()
-    graphs_before = compile_axis.graphs_compiled()
-    for logger in listened:
-        logger.addHandler(logged)
-    buggy = compiled_for(case.buggy, case, cfg)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            output, failure = call(buggy, inputs, device)
-            for _ in range(getattr(symptom_on(case.symptoms[device], torch.__version__), "calls", 1) - 1):  # `Slow(calls=...)`
-                if failure is not None:
-                    break
-                _, failure = call(buggy, inputs, device)
-    finally:
-        for logger in listened:
-            logger.removeHandler(logged)
-    warned = list(dict.fromkeys(f"{w.category.__name__}: {w.message}"[:1000] for w in caught))[:20]
-    seen = BuggyRun(
-        failure,
-        warned=warned,
-        logged=list(dict.fromkeys(logged.lines))[:20],
-        graphs_compiled=compile_axis.graphs_compiled() - graphs_before,
-    )
-    if failure is None:
-        if compile_axis.mode_of(cfg) == "off" and not silent:
-            return vars(seen)
-        want, _ = call(case.reference, case.make_inputs(cfg, device), device)  # fresh: buggy may have advanced its inputs' state
-        seen.compared = compare(output, want, **tolerance_of(cfg.tolerance))
-        return vars(seen)
-    if device == "cuda":  # a device-side assert is sticky: an unrelated op in the same process fails too
-        _, after = call(lambda _: torch.ones(4, device=device).add(1).sum().item(), None, device)
-        seen.context_after = ("failed too: " + after.headline) if after else "ran fine"
-    return vars(seen)
-
-
 def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
     """A failure that is time (`Slow`): `buggy` must return the reference's output (else wrong_failure); then it is
     timed against the symptom's baseline by the speed phase's protocol (harness/phases/speed.py) on the speed inputs:
@@ -296,25 +227,9 @@ def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, settings: S
     seen = BuggyRun(**result.value)
     expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
     figures: dict[str, Any] = {**seen.said(), **(seen.compared or {}), "at_least": symptom.at_least, "baseline_function": symptom.baseline}
-    if seen.failure is not None:
-        figures.update(error=seen.failure.headline, raised_at=seen.failure.where, traceback=seen.failure.traceback)
-        return record_of(
-            "reproduce",
-            "wrong_failure",
-            False,
-            f"{seen.failure.headline} (expected it to return the right result, slowly)",
-            result,
-            figures,
-        )
-    if not seen.compared["match"]:
-        return record_of(
-            "reproduce",
-            "wrong_failure",
-            False,
-            f"returned a wrong result (expected it right and slow): {difference(seen.compared)}",
-            result,
-            figures,
-        )
+    wrong = _not_right(seen, result, figures)
+    if wrong is not None:
+        return wrong
     said = [line for line in seen.logged + seen.warned if symptom.log and re.search(symptom.log, line)]
     figures["log_line"] = said[0] if said else None
     timed = time_against("reproduce", BUGGY, symptom.at_least, cfg, settings, baseline=symptom.baseline)
@@ -339,26 +254,7 @@ def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, settings: S
         message = f"correct and slow: buggy against `{symptom.baseline}` {timed.message.replace('over budget', 'over')}{explained}"
         return PhaseRecord("reproduce", "slow", expected, message, figures, seconds, result.output)
     if timed.status == "within_budget":
-        if expected:
-            return PhaseRecord(
-                "reproduce",
-                "not_reproduced",
-                False,
-                f"buggy is not slower than {symptom.at_least}x `{symptom.baseline}` on torch {torch.__version__}: {timed.message}",
-                figures,
-                seconds,
-                result.output,
-            )
-        status = symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg))
-        return PhaseRecord(
-            "reproduce",
-            status,
-            True,
-            f"buggy is not slow, as expected on torch {torch.__version__} (it is slow {symptom.range_text()}{_modes_text(symptom)}): {timed.message}",
-            figures,
-            seconds,
-            result.output,
-        )
+        return _not_slow(symptom, cfg, timed, expected, figures, seconds, result.output)
     if timed.status == "inconclusive":
         return PhaseRecord(
             "reproduce",
@@ -370,6 +266,55 @@ def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, settings: S
             result.output,
         )
     return timed  # the timing itself broke (raised, crashed, timeout): its own record
+
+
+def _not_right(seen: BuggyRun, result: ChildResult, figures: dict[str, Any]) -> PhaseRecord | None:
+    """A `Slow` case's buggy call must return the reference's output before it is timed: wrong_failure where it did not."""
+    if seen.failure is not None:
+        figures.update(error=seen.failure.headline, raised_at=seen.failure.where, traceback=seen.failure.traceback)
+        return record_of(
+            "reproduce",
+            "wrong_failure",
+            False,
+            f"{seen.failure.headline} (expected it to return the right result, slowly)",
+            result,
+            figures,
+        )
+    if not seen.compared["match"]:
+        return record_of(
+            "reproduce",
+            "wrong_failure",
+            False,
+            f"returned a wrong result (expected it right and slow): {difference(seen.compared)}",
+            result,
+            figures,
+        )
+    return None
+
+
+def _not_slow(
+    symptom: Slow, cfg: DictConfig, timed: PhaseRecord, expected: bool, figures: dict[str, Any], seconds: float, output: str
+) -> PhaseRecord:
+    if expected:
+        return PhaseRecord(
+            "reproduce",
+            "not_reproduced",
+            False,
+            f"buggy is not slower than {symptom.at_least}x `{symptom.baseline}` on torch {torch.__version__}: {timed.message}",
+            figures,
+            seconds,
+            output,
+        )
+    status = symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg))
+    return PhaseRecord(
+        "reproduce",
+        status,
+        True,
+        f"buggy is not slow, as expected on torch {torch.__version__} (it is slow {symptom.range_text()}{_modes_text(symptom)}): {timed.message}",
+        figures,
+        seconds,
+        output,
+    )
 
 
 def _first_matching_line(pattern: str, output: str) -> str | None:

@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterator
 from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import load_case
-from harness.measure.clock import TimedProcess, anomaly, baseline_anomaly, clock_figures, drive
+from harness.measure.anomaly import anomaly, baseline_anomaly, clock_figures
+from harness.measure.clock import TimedProcess, drive
 from harness.measure.timing import RatioEstimate, estimate_ratio, judge
 from harness.phases.common import (
     GRADED_PAIRS,
@@ -27,7 +28,7 @@ from harness.phases.common import (
     record_of,
 )
 from harness.phases.timing_processes import apart_timing_process, graded_timing_process, shared_timing_process
-from harness.process.isolate import ChildResult
+from harness.process.outcome import ChildResult
 from harness.process.submitted import submission_of
 from harness.records import PhaseRecord
 
@@ -130,17 +131,8 @@ def _time_against(
     max_s, max_processes = (timing.grade_max_s, 10_000) if graded else (timing.max_s, timing.max_processes)
     while True:
         seeds = _private_seeds() if graded else None
-        process_dir = None
-        if check_dir is not None:
-            process_dir = check_dir / str(len(tally.processes))
-            process_dir.mkdir()
-        talk = _talk(settings, graded, process_dir)
-        if graded:
-            results = graded_timing_process(talk, baseline, inputs, cfg, settings, seeds)
-        elif OmegaConf.select(cfg, "speed.apart"):
-            results = apart_timing_process(talk, candidate, baseline, inputs, cfg, settings)
-        else:
-            results = shared_timing_process(talk, candidate, baseline, inputs, cfg, settings)
+        talk = _talk(settings, graded, _process_dir(check_dir, len(tally.processes)))
+        results = _timing_process(talk, candidate, baseline, inputs, cfg, settings, seeds)
         result = results["candidate"]
         broken = _broken(phase, results)
         if broken is not None:
@@ -148,9 +140,7 @@ def _time_against(
         timed = result.talk
         _gather(tally, results, timed, seeds)
         if timed.disturbed:  # reniced, pinned: its samples are worth nothing, and the grade ends here
-            figures = {"baseline_disturbed": timed.disturbed, **containment(result), **tally.changed}
-            message = baseline_anomaly(tally.processes, settings.device)[1]
-            return PhaseRecord(phase, "baseline_disturbed", False, message, figures, round(time.monotonic() - started, 4), result.output)
+            return _disturbed(phase, timed.disturbed, result, tally, settings.device, started)
         if len(tally.processes) < timing.min_processes:
             continue
         estimate = estimate_ratio([p.samples for p in tally.processes], timing.level)
@@ -164,6 +154,30 @@ def _time_against(
     if graded:
         verdict, ok, message = _graded_findings(verdict, ok, message, interval, figures, tally, check_dir, cfg, settings.device)
     return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output)
+
+
+def _process_dir(check_dir: Path | None, index: int) -> Path | None:
+    """Where one timing process keeps the outputs it sends to the judge (grading only)."""
+    if check_dir is None:
+        return None
+    process_dir = check_dir / str(index)
+    process_dir.mkdir()
+    return process_dir
+
+
+def _timing_process(talk, candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings, seeds: dict[str, int] | None):
+    """One timing process's children, each side's `ChildResult`: a grade's three (`seeds` drawn), or a case's own."""
+    if seeds is not None:
+        return graded_timing_process(talk, baseline, inputs, cfg, settings, seeds)
+    if OmegaConf.select(cfg, "speed.apart"):
+        return apart_timing_process(talk, candidate, baseline, inputs, cfg, settings)
+    return shared_timing_process(talk, candidate, baseline, inputs, cfg, settings)
+
+
+def _disturbed(phase: str, disturbed: str, result: ChildResult, tally: _Tally, device: str, started: float) -> PhaseRecord:
+    figures = {"baseline_disturbed": disturbed, **containment(result), **tally.changed}
+    message = baseline_anomaly(tally.processes, device)[1]
+    return PhaseRecord(phase, "baseline_disturbed", False, message, figures, round(time.monotonic() - started, 4), result.output)
 
 
 def _private_seeds() -> dict[str, int]:

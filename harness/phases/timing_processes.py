@@ -8,6 +8,7 @@ import contextlib
 import os
 import random
 import signal
+from types import ModuleType
 from typing import Any, Callable
 
 import torch
@@ -19,7 +20,8 @@ from harness.measure.clock import serve, stop
 from harness.measure.timing import steady_cpu_allocator, synchronize
 from harness.phases.common import FIXED, SPEED_CANDIDATE, Settings, case_function, compiled_for, speed_config
 from harness.process.confine import audit_parity
-from harness.process.isolate import ChildResult, Failure, run_isolated
+from harness.process.isolate import run_isolated
+from harness.process.outcome import ChildResult, Failure
 from harness.process.submitted import SUBMITTED_KEY, changes, process_settings
 
 
@@ -46,51 +48,45 @@ def graded_timing_process(
         return hold
 
     def candidate_child() -> Any:
-        results["candidate"] = run_isolated(
-            speed_in_child,
+        results["candidate"] = _child_of_a_grade(
+            "candidate",
             SPEED_CANDIDATE,
-            FIXED,
             inputs,
             cfg,
             settings,
             seeds,
-            ("candidate",),
-            timeout_s=settings.timeout_s,
-            confined=settings.limits,
-            talk=lambda connection, pid, deadline: talk(
+            lambda connection, pid, deadline: talk(
                 {"candidate": (connection, pid), "baseline": connections["baseline"], "pristine": connections["pristine"]}, deadline
             ),
+            confined=settings.limits,
         )
 
     def pristine_child() -> Any:
-        results["pristine"] = run_isolated(
-            speed_in_child,
-            FIXED,
-            FIXED,
-            inputs,
-            ungraded,
-            settings,
-            seeds,
-            ("pristine",),
-            timeout_s=settings.timeout_s,
-            talk=then("pristine", candidate_child),
-        )
+        results["pristine"] = _child_of_a_grade("pristine", FIXED, inputs, ungraded, settings, seeds, then("pristine", candidate_child))
 
-    results["baseline"] = run_isolated(
-        speed_in_child,
-        FIXED,
-        FIXED,
-        inputs,
-        ungraded,
-        settings,
-        seeds,
-        ("baseline",),
-        timeout_s=settings.timeout_s,
-        talk=then("baseline", pristine_child),
-    )
+    results["baseline"] = _child_of_a_grade("baseline", FIXED, inputs, ungraded, settings, seeds, then("baseline", pristine_child))
     results.setdefault("pristine", results["baseline"])
     results.setdefault("candidate", results["pristine"])
     return results
+
+
+def _child_of_a_grade(
+    side: str, candidate: str, inputs: Any, cfg: DictConfig, settings: Settings, seeds: dict[str, int], talk: Callable, confined=None
+) -> ChildResult:
+    """One side's timing child in a grade, against the model solution (`fixed`) as its baseline."""
+    return run_isolated(
+        speed_in_child,
+        candidate,
+        FIXED,
+        inputs,
+        cfg,
+        settings,
+        seeds,
+        (side,),
+        timeout_s=settings.timeout_s,
+        confined=confined,
+        talk=talk,
+    )
 
 
 def shared_timing_process(
@@ -188,26 +184,10 @@ def speed_in_child(
     if settings.device == "cpu":
         torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
     told: dict[str, Any] = {}
-    functions = {}
-    for side in sides:
-        function = (
-            case_function(case, candidate, cfg) if side == "candidate" else getattr(case, baseline)
-        )  # the candidate: the submission, imported here
-        told.update(changed_on_import=getattr(function, "changed_on_import", []))
-        functions[side] = compiled_for(function, case, cfg)
+    functions = _functions(case, candidate, baseline, cfg, sides, told)
     try:
         if compile_axis.mode_of(cfg) != "off":  # compiled before the clock starts: compile time is reported, never timed
-            told["compile_s"] = {
-                side: compile_axis.timed_first_call(function, warm_inputs, lambda: synchronize(settings.device))[1]
-                for side, function in functions.items()
-            }
-            if seeds:  # a first call on new inputs may recompile (automatic dynamic shapes): here, on a third private seed, not in the first timed block
-                compiled_before, settle_inputs = compile_axis.graphs_compiled(), make(seeds["settle"])
-                for function in functions.values():
-                    compile_axis.timed_first_call(function, settle_inputs, lambda: synchronize(settings.device))
-                told["recompiled_on_new_inputs"] = compile_axis.graphs_compiled() - compiled_before
-                del settle_inputs
-            told["graphs"] = compile_axis.graphs_compiled()
+            told.update(_compile_first(functions, warm_inputs, make, seeds, settings.device))
         before = process_settings() if seeds and "candidate" in sides else None
         serve(connection, functions, warm_inputs, settings.device, (lambda: keep(make(seeds["timed"]))) if seeds else None)
     except Exception as error:  # noqa: BLE001
@@ -220,3 +200,33 @@ def speed_in_child(
         told.pop("changed_on_import", None)
     keep((functions, warm_inputs))
     return {"cpu_threads": torch.get_num_threads(), **told}, None  # plain data back
+
+
+def _functions(case: ModuleType, candidate: str, baseline: str, cfg: DictConfig, sides: tuple[str, ...], told: dict[str, Any]) -> dict:
+    """Each side's function, compiled where the run compiles; the candidate is the submission, imported here."""
+    functions = {}
+    for side in sides:
+        function = case_function(case, candidate, cfg) if side == "candidate" else getattr(case, baseline)
+        told.update(changed_on_import=getattr(function, "changed_on_import", []))
+        functions[side] = compiled_for(function, case, cfg)
+    return functions
+
+
+def _compile_first(functions: dict, warm_inputs: Any, make: Callable, seeds: dict[str, int] | None, device: str) -> dict[str, Any]:
+    """Each side compiled by a first call on the warm-up inputs, and what that cost."""
+    told: dict[str, Any] = {
+        "compile_s": {
+            side: compile_axis.timed_first_call(function, warm_inputs, lambda: synchronize(device))[1]
+            for side, function in functions.items()
+        }
+    }
+    if (
+        seeds
+    ):  # a first call on new inputs may recompile (automatic dynamic shapes): here, on a third private seed, not in the first timed block
+        compiled_before, settle_inputs = compile_axis.graphs_compiled(), make(seeds["settle"])
+        for function in functions.values():
+            compile_axis.timed_first_call(function, settle_inputs, lambda: synchronize(device))
+        told["recompiled_on_new_inputs"] = compile_axis.graphs_compiled() - compiled_before
+        del settle_inputs
+    told["graphs"] = compile_axis.graphs_compiled()
+    return told
