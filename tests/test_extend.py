@@ -151,7 +151,7 @@ def test_the_recipes_name_the_files_these_tests_edit():
         "conf/case/<name>.yaml",
         "harness/phases/<phase>.py",
         "`TABLE` of `harness/phases/__init__.py`",
-        "harness/cases.py",
+        "harness/symptoms.py",
         "`AnySymptom`",
         "harness/phases/reproduce.py",
         "`KINDS`",
@@ -246,17 +246,22 @@ def reproduce_printed(symptom, case, cfg, settings, result):
 @pytest.mark.slow
 def test_a_failure_kind_costs_its_class_and_its_judge(copy: Path):
     add_the_toy_case(copy)
-    cases_module = copy / "harness" / "cases.py"
+    symptoms = copy / "harness" / "symptoms.py"
     edit(
-        cases_module,
+        symptoms,
         "\n\nAnySymptom = Symptom | Growth | WrongResult | Warns | Slow\n",
         TOY_KIND + "AnySymptom = Symptom | Growth | WrongResult | Warns | Slow | Prints\n",
+    )
+    edit(
+        copy / "harness" / "cases.py",
+        "    AnySymptom,\n    Growth,\n",
+        "    AnySymptom,\n    Growth,\n    Prints,\n",
     )
     reproduce = copy / "harness" / "phases" / "reproduce.py"
     edit(
         reproduce,
         "\nKINDS: dict[type, Kind] = {",
-        TOY_JUDGE + "from harness.cases import Prints  # noqa: E402\n\nKINDS: dict[type, Kind] = {",
+        TOY_JUDGE + "from harness.symptoms import Prints  # noqa: E402\n\nKINDS: dict[type, Kind] = {",
     )
     edit(
         reproduce,
@@ -280,7 +285,11 @@ def test_a_failure_kind_costs_its_class_and_its_judge(copy: Path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     reproduced = phases_of(record)["reproduce"]
     assert reproduced["status"] == "reproduced" and "overflow in float16" in reproduced["figures"]["printed"]
-    assert changed_files(copy) - {"cases/toy_sum.py", "conf/case/toy_sum.yaml"} == {"harness/cases.py", "harness/phases/reproduce.py"}
+    assert changed_files(copy) - {"cases/toy_sum.py", "conf/case/toy_sum.yaml"} == {
+        "harness/symptoms.py",
+        "harness/cases.py",
+        "harness/phases/reproduce.py",
+    }
 
 
 def test_the_recipes_are_followed_here():

@@ -332,7 +332,7 @@ def _reproduce_growth(symptom: Growth, case: ModuleType, cfg: DictConfig, settin
     return reproduce_growth(case, cfg, settings)
 
 
-# One entry a kind of failure (harness/cases.py): a new kind adds its class there, its judge here.
+# One entry a kind of failure (harness/symptoms.py): a new kind adds its class there, its judge here.
 KINDS: dict[type, Kind] = {
     Symptom: Kind(reproduce_raised),
     WrongResult: Kind(reproduce_silent, returns=True),
