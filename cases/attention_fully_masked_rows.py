@@ -12,18 +12,22 @@ Upstream: https://github.com/dmlc/dgl/issues/2657 ("The paddings in multihead at
     here, below). In PyTorch: https://github.com/pytorch/pytorch/issues/41508 (nn.MultiheadAttention's NaN gradients
     from fully masked rows, open), https://github.com/pytorch/pytorch/issues/160064 (need_weights=True still NaN).
 
-Fidelity: faithful in the function that fails: DGL 0.6's `MultiHeadAttention` at the commit before 174dd18, verbatim
-    (the projections, `pad_packed_tensor` of queries, keys and values, the einsum scores, the mask built by a loop over
-    the graphs, `masked_fill_` with -inf, softmax, the einsum with the values, `pack_padded_tensor`, the two layer
-    norms and the FFN; the unused `dropa` kept), DGL's `pad_packed_tensor` / `pack_padded_tensor` of
-    dgl.backend.pytorch (copied, so that DGL need not be installed), and the readout it was used in: the
-    SetTransformerEncoder's set attention blocks, then the SetTransformerDecoder's PMA layer and set attention block.
-    The only change is that the masking, softmax and weighted sum are passed in (`attend`), so buggy and fixed
-    differ in that one function. Synthetic: the sizes (the thread gives none: 32 graphs of 8 to 40 nodes, the
-    sizes of small molecules, d_model 64, 4 heads of 16, FFN 128, 2 encoder and 1 decoder blocks, 4 seed vectors),
-    the node features, the linear head to one property per graph, the targets and the MSE loss (seeded draws), all
-    stand-ins for the user's training, whose code the thread does not publish. The stored copy of the thread holds
-    its description only (truncated at "And we need to mult"); the fix is read from DGL's commit.
+Fidelity: faithful in the function that fails: DGL 0.6's `MultiHeadAttention` at the commit before 174dd18 (the
+    projections, `pad_packed_tensor` of queries, keys and values, the einsum scores, `masked_fill_` with -inf,
+    softmax, the einsum with the values, `pack_padded_tensor`, the two layer norms and the FFN; the unused `dropa`
+    kept), DGL's `pad_packed_tensor` / `pack_padded_tensor` of dgl.backend.pytorch (copied, so that DGL need not be
+    installed), and the readout it was used in: the SetTransformerEncoder's set attention blocks, then the
+    SetTransformerDecoder's PMA layer and set attention block. Changed, none of it in the failing lines: the masking,
+    softmax and weighted sum are passed in (`attend`), so buggy and fixed differ in that one function; the mask is
+    built by DGL's own `_gen_mask` of the fix's commit (the same mask as the loop over the graphs it replaced,
+    vectorised); and the helpers take the maximum and the sum of the lengths from the Python list rather than by a
+    tensor round trip (`.item()`). The last two because compiled, the loop and the round trips took minutes to
+    compile on this CPU (170 s for the buggy step with the loop and the graph breaks, 95 s without). Synthetic: the
+    sizes (the thread gives none: 32 graphs of 8 to 40 nodes, the sizes of small molecules, d_model 64, 4 heads of
+    16, FFN 128, 2 encoder and 1 decoder blocks, 4 seed vectors), the node features, the linear head to one property
+    per graph, the targets and the MSE loss (seeded draws), all stand-ins for the user's training, whose code the
+    thread does not publish. The stored copy of the thread holds its description only (truncated at "And we need to
+    mult"); the fix is read from DGL's commit.
 
 Symptom on CUDA: the same NaN gradients, nothing device-specific (not run here: no GPU in this task). The thread
     prints no log; its words:
@@ -142,8 +146,8 @@ def pad_packed_tensor(input, lengths, value):
     """dgl.backend.pytorch's `pad_packed_tensor` (lengths a list): (sum(lengths), ...) -> (batch, max_len, ...)."""
     old_shape = input.shape
     device = input.device
+    max_len = max(lengths)  # DGL: as_scalar(lengths.max()) of the tensor below; the list's max, without a graph break
     lengths = torch.tensor(lengths, dtype=torch.int64, device=device)
-    max_len = int(lengths.max())
     batch_size = len(lengths)
     x = input.new(batch_size * max_len, *old_shape[1:])
     x.fill_(value)
@@ -159,14 +163,24 @@ def pack_padded_tensor(input, lengths):
     """dgl.backend.pytorch's `pack_padded_tensor`: (batch, max_len, ...) -> (sum(lengths), ...), the padding dropped."""
     max_len = input.shape[1]
     device = input.device
+    out_len = sum(lengths)  # DGL: lengths.sum().item() of the tensor below; the list's sum, without a graph break
     lengths = torch.tensor(lengths, dtype=torch.int64, device=device)
     input = input.view(-1, *input.shape[2:])
-    out_len = lengths.sum().item()
     index = torch.ones(out_len, dtype=torch.int64, device=device)
     cum_lengths = torch.cumsum(lengths, 0)
     index[cum_lengths[:-1]] += max_len - lengths[:-1]
     index = torch.cumsum(index, 0) - 1
     return input[index]
+
+
+def _gen_mask(lengths_x, lengths_y, max_len_x, max_len_y, device):
+    """DGL's `_gen_mask` (#2658, with the lengths as lists): the same mask as the loop over the graphs it replaced, 1
+    where both the query and the key are a real node; (batch, 1, max_len_x, max_len_y)."""
+    lengths_x = torch.tensor(lengths_x, dtype=torch.int64, device=device)
+    lengths_y = torch.tensor(lengths_y, dtype=torch.int64, device=device)
+    x_mask = torch.arange(max_len_x, device=device).unsqueeze(0) < lengths_x.unsqueeze(1)
+    y_mask = torch.arange(max_len_y, device=device).unsqueeze(0) < lengths_y.unsqueeze(1)
+    return (x_mask.unsqueeze(-1) & y_mask.unsqueeze(-2)).unsqueeze(1)
 
 
 def attend_buggy(e, mask, values):
@@ -230,10 +244,7 @@ class MultiHeadAttention(th_nn.Module):
         e = e / np.sqrt(self.d_head)
 
         # generate mask
-        mask = torch.zeros(batch_size, max_len_x, max_len_mem).to(e.device)
-        for i in range(batch_size):
-            mask[i, : lengths_x[i], : lengths_mem[i]].fill_(1)
-        mask = mask.unsqueeze(1)
+        mask = _gen_mask(lengths_x, lengths_mem, max_len_x, max_len_mem, e.device)
 
         out = attend(e, mask, values)  # (B, max_len_x, num_heads, d_head)
         # project to output
