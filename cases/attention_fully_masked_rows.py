@@ -38,7 +38,10 @@ Symptom on CPU: nothing raises and nothing is printed (torch 2.13.0, 2.9.1, 2.6.
     by `pack_padded_tensor` before anything reads them); of the 55 parameter gradients, 14 are NaN (41408 elements):
     every one of the first encoder block, and the second block's proj_v and proj_o, whose backward multiplies the
     padded rows' NaN weights by their zero gradient. The optimizer step then writes NaN into those weights, and the
-    next forward outputs NaN: the thread's "NaN just after one training epoch". Compiled (inductor): the same.
+    next forward outputs NaN: the thread's "NaN just after one training epoch". Compiled (inductor, torch 2.13.0):
+    the same wrong result in the one run that finished its reproduce phase (285 s, most of it compiling, before the
+    mask loop was replaced); no complete inductor record yet: on this loaded CPU the compile of the step outlasts
+    the harness's 300 s phase timeout.
     PyTorch's own attention, measured here on the same fully masked rows (tests/test_attention_fully_masked_rows.py):
     `F.scaled_dot_product_attention` returns NaN on torch 2.4.1 and zeros (finite gradients) on 2.6.0, 2.9.1 and 2.13.0
     (2.5 not run); `nn.MultiheadAttention` with `key_padding_mask` masking a whole sequence returns NaN with the
@@ -67,10 +70,10 @@ Fix: DGL's (#2658, "the following line addresses the NaN issue, see https://gith
     almost 0, not a large negative number, so every node attends to its graph's padding: the predictions 294% off the
     reference's norm, all 55 gradients off (265% together); `nan_to_num` of the gradients (a generic attempt): the 14
     become 0, 100% of each off (21% of all 55 together), and the first encoder block stops learning.
-    Its cost: one masked_fill on the weights against the buggy step on the same padded batch: 0.975x [0.757, 1.256]
+    Its cost: one masked_fill on the weights against the buggy step on the same padded batch: 1.062x [0.789, 1.429]
     eager (torch 2.13.0, this loaded 2-core CPU; budget 1.5). The slow control, correct: the readout run on one graph
-    at a time (a Python loop over the batch's 32 graphs, no padding; marked `torch.compiler.disable`): 6.744x
-    [3.049, 14.919] eager (its interval's low end 2.0x the budget).
+    at a time (a Python loop over the batch's 32 graphs, no padding; marked `torch.compiler.disable`): 6.532x
+    [4.857, 8.785] eager (its interval's low end 3.2x the budget, 1.3x asked).
 """
 
 from typing import NamedTuple
