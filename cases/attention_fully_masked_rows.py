@@ -57,8 +57,8 @@ Fix: DGL's (#2658, "the following line addresses the NaN issue, see https://gith
     `alpha = alpha.masked_fill(mask == 0, 0.)` after the softmax: a fully masked row's weights become 0, and in the
     backward the masked_fill stops the NaN (its gradient is 0 where it filled). Also correct (the alternative in
     tests/fixes/alternatives/): unmask one key in every fully masked row, so that no softmax row is empty (transformers' `_unmask_unattended`
-    does the same for SDPA, https://github.com/huggingface/transformers/pull/26572; graded: accepted, 0.936x
-    [0.917, 0.955] against the buggy code).
+    does the same for SDPA, https://github.com/huggingface/transformers/pull/26572; graded: accepted, 0.942x
+    [0.804, 1.103] against the buggy code).
     The reference is independent of both: float64, one graph at a time with no padding and so no mask, the attention
     written apart from DGL's module with the same parameters, one `torch.autograd.grad`; `correct` compares the
     predictions, the loss, all 55 gradients and the count of non-finite gradient elements (0 for the reference,
