@@ -39,9 +39,9 @@ Symptom on CPU: nothing raises and nothing is printed (torch 2.13.0, 2.9.1, 2.6.
     every one of the first encoder block, and the second block's proj_v and proj_o, whose backward multiplies the
     padded rows' NaN weights by their zero gradient. The optimizer step then writes NaN into those weights, and the
     next forward outputs NaN: the thread's "NaN just after one training epoch". Compiled (inductor, torch 2.13.0):
-    the same wrong result in the one run that finished its reproduce phase (285 s, most of it compiling, before the
-    mask loop was replaced); no complete inductor record yet: on this loaded CPU the compile of the step outlasts
-    the harness's 300 s phase timeout.
+    the same 14 NaN gradients. The step takes minutes to compile on this loaded CPU (a cold compile outlasted the
+    harness's 300 s phase timeout), so its record ran with `timeout_s=900` on a warm kernel cache: speed 1.050x
+    [0.863, 1.278], the slow control 6.965x [4.393, 11.043] (its loop eager under `torch.compiler.disable`).
     PyTorch's own attention, measured here on the same fully masked rows (tests/test_attention_fully_masked_rows.py):
     `F.scaled_dot_product_attention` returns NaN on torch 2.4.1 and zeros (finite gradients) on 2.6.0, 2.9.1 and 2.13.0
     (2.5 not run); `nn.MultiheadAttention` with `key_padding_mask` masking a whole sequence returns NaN with the
