@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import torch
 from omegaconf import OmegaConf
 
-from harness.cases import Warns, WrongResult
 from harness.phases.correct import _still_warns
+from harness.symptoms import Warns, WrongResult
 
 CFG = OmegaConf.create({"compile": "off"})
 WARNED = ["UserWarning: The verbose parameter is deprecated. Please use get_last_lr() to access the learning rate."]

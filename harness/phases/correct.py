@@ -13,7 +13,7 @@ import torch
 from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
-from harness.cases import Warns, load_case, symptom_on
+from harness.cases import load_case
 from harness.measure.compare import compare, describe, tolerance_of
 from harness.measure.timing import synchronize
 from harness.phases.common import (
@@ -34,6 +34,7 @@ from harness.phases.common import (
 from harness.process.isolate import run_isolated
 from harness.process.outcome import Failure
 from harness.records import PhaseRecord
+from harness.symptoms import Warns, symptom_on
 
 
 def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
