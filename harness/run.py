@@ -278,7 +278,8 @@ def run_case(
         for phase in plan.phases:
             on_phase(phase, None)
             started = time.monotonic()
-            for phase_record in plan.run_phase(phase, case, plan.case_cfg, settings):
+            skipped = grade.not_timed(phase, record.phases) if submitted is not None else None
+            for phase_record in [skipped] if skipped else plan.run_phase(phase, case, plan.case_cfg, settings):
                 record.phases.append(phase_record)
                 appended = time.monotonic()
                 write_record(record, path)

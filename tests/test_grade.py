@@ -78,6 +78,16 @@ def test_a_wrong_fix_is_rejected_by_correctness(tmp_path, environment):
     assert phase(record, "correct").status == "mismatch" and "differs from the reference" in verdict.line
 
 
+def test_a_fix_shown_wrong_is_not_timed_and_the_verdict_names_only_what_showed_it(tmp_path, environment):
+    verdict, record, _, _ = graded(
+        tmp_path, environment, "embedding_oob", "embedding_fixes.py", "clamp_to_table", ["fix", "correct", "speed"]
+    )
+    speed = phase(record, "speed")
+    assert (speed.status, speed.ok, speed.seconds) == ("not_timed", False, 0.0), speed.message
+    assert "correct: mismatch" in speed.message and "ratio" not in speed.figures
+    assert first_failure(verdict) == "correct" and "speed" not in verdict.line
+
+
 @pytest.mark.slow  # a speed grade (three timing children per process), as the exploit suite's speed attacks: 7 to 25 s
 def test_a_slow_fix_is_rejected_by_speed(tmp_path, environment):
     verdict, record, _, _ = graded(

@@ -33,6 +33,8 @@ does not:
                            steps the submission cannot know;
                            its resident memory read from outside its process. An interval that still
                            straddles the budget is `undecided`, a rejection. Without a budget it is not run.
+                           Neither speed nor memory measures a fix that fix or correct already showed wrong:
+                           their record is `not_timed`, and names that check.
     integrity              last, in this process: the project's sources byte-identical (a changed one is
                            restored: tampered), no write outside the sandbox attempted (wrote_outside_sandbox),
                            no process of the submission left running (left_processes, killed).
@@ -79,6 +81,7 @@ __all__ = [  # the grade's entry points, for run.py, the bench and the tests: th
     "hint_problem",
     "integrity",
     "judge",
+    "not_timed",
     "phases_of_a_grade",
     "project_sources",
     "run_phase",
@@ -96,6 +99,22 @@ def phases_of_a_grade(phases: list[str], cfg: DictConfig, device: str) -> list[s
     """The configured phases that judge a submission, or show its failure: the case's controls left out, and
     the memory phase where the case sets no memory budget on this device (it would give figures only)."""
     return [name for name in phases if name not in CASE_CONTROLS and (name != "memory" or memory_budget(cfg, device) is not None)]
+
+
+TIMED = ("speed", "memory")  # the measurements of a grade: each costs seconds to minutes of timing or stepping
+SHOWN_WRONG_BY = ("fix", "correct", "correct:second_inputs")
+
+
+def not_timed(phase: str, earlier: list[PhaseRecord]) -> PhaseRecord | None:
+    """A fix already shown wrong is not measured: its speed or memory would decide nothing (the grade is a rejection
+    already), and timing a wrong output costs a grade up to `speed.grade_max_s` (111 s of clip_before_unscale's
+    starter). The record says which check showed it wrong."""
+    wrong = next((record for record in earlier if record.phase in SHOWN_WRONG_BY and not record.ok), None)
+    if phase not in TIMED or wrong is None:
+        return None
+    return PhaseRecord(
+        phase, "not_timed", False, f"not measured: the fix is wrong ({wrong.phase}: {wrong.status}), and a grade measures only a right one"
+    )
 
 
 def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:

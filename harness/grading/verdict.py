@@ -52,7 +52,7 @@ def verdict(record: CaseRecord) -> Verdict:
     graded = [phase for phase in record.phases if phase.phase in GRADED_PHASES or phase.phase.startswith("speed:") or _memory_judged(phase)]
     failed = sorted((phase for phase in graded if not phase.ok), key=lambda phase: phase.phase != "integrity")
     if failed:
-        also = "".join(f"; also {phase.phase}: {phase.status}" for phase in failed[1:4])
+        also = "".join(f"; also {phase.phase}: {phase.status}" for phase in [each for each in failed[1:] if each.status != "not_timed"][:3])
         refused = (
             " (writes outside its scratch directory, and signals to processes not its own, are refused while grading)"
             if re.search(r"Permission ?denied|PermissionError", failed[0].message) and "grading: " not in failed[0].message
