@@ -69,9 +69,9 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
-            r"(?i)\b(?:same|identical)\s+(?:data\s+)?(?:order(?:ing)?|sequence|batch(?:es)?|data|samples?|shuffl\w*)\b[^.]{0,60}\b(?:every|each|all|across|between)\b[^.]{0,20}\bepochs?\b",
+            r"(?i)\b(?:same|identical)\s+(?:data\s+)?(?:order(?:ing)?|sequence|batch(?:es)?|data|samples?|shuffl\w*)\b[^.]{0,60}\b(?:every|each|all|across|between|multiple|different)\b[^.]{0,20}\bepochs?\b|\bthe same order(?:ing)? will (?:always be|be always) used\b",
             0.45,
-            "the same order, batches or data in every epoch",
+            "the same order, batches or data in every epoch (or the sampler's own warning of it)",
         ),
         Sign(
             "failure",
@@ -100,9 +100,9 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "veto",
-            r"(?i)\bmutually exclusive with shuffle\b|\bnot divisible\b|\buneven\b|\bdrop_last\b|\bWorker\w* \d+\b[^.]{0,40}\b(?:same|identical) (?:random|augment)",
+            r"(?i)\bmutually exclusive with shuffle\b|\bevenly divisible\b|\bnot divisible\b|\buneven\b|\b(?:pads|padding|padded)\b|\bWorker\w* \d+\b[^.]{0,40}\b(?:same|identical) (?:random|augment)",
             0,
-            "another sampler problem: shuffle beside a sampler (it raises), uneven shards and padding, or workers that draw the same augmentations",
+            "another sampler problem: shuffle beside a sampler (it raises), uneven shards padded with repeated samples, or workers that draw the same augmentations",
         ),
     ),
 )
