@@ -36,13 +36,15 @@ Fix: the documented one (torch.utils.data.distributed.DistributedSampler's warni
     the beginning of each epoch before creating the DataLoader iterator is necessary to make shuffling work properly
     across multiple epochs. Otherwise, the same ordering will be always used"): `train_sampler.set_epoch(epoch)` at the
     top of each epoch, the same epoch on every rank. The reference builds the intended order without a sampler or a
-    loader: per epoch `torch.randperm(60000)` from a generator seeded 0 + epoch, rank r taking every 32nd index from r.
+    loader: per epoch `torch.randperm(60000)` from a generator seeded 0 + epoch (the sampler's default seed, the
+    case's `seed`), rank r taking every 32nd index from r.
     Also correct (tests/fixes/alternatives/): a sampler that advances its own epoch each time it is iterated (the
     suggestion in https://github.com/pytorch/pytorch/issues/11324). Wrong ones: `set_epoch(0)` every epoch (a generic
     attempt: the call made, the value constant): 32 of 32 orders repeated still; `set_epoch(epoch + rank)`, a value
     that differs per rank (what the upstream thread warns against): the orders change, but each rank slices another
     permutation, so an epoch reads only about 63% of the 60,000 samples, some two or more times; `shuffle=True` on the
-    DataLoader beside the sampler (a generic attempt): raises `ValueError: sampler option is mutually exclusive with
+    DataLoader beside the sampler (a generic attempt; https://github.com/ultralytics/yolov3/issues/231 shipped the
+    pair): raises `ValueError: sampler option is mutually exclusive with
     shuffle`; the dataset shuffled once with a fixed seed (a generic attempt): another order, the same in every epoch.
     Its cost: the speed figures are in the records (results/matrix/).
 
@@ -134,14 +136,15 @@ class Inputs:
     batch_size: int
     epochs: int
     pin_memory: bool
+    seed: int  # the samplers' `seed` (the tutorial leaves DistributedSampler's default, 0: cfg.seed)
 
 
 def make_inputs(cfg, device):
     s = cfg.sizes
-    return Inputs(Indices(s.samples), s.world_size, s.batch_size, s.epochs, pin_memory=str(device).startswith("cuda"))
+    return Inputs(Indices(s.samples), s.world_size, s.batch_size, s.epochs, str(device).startswith("cuda"), cfg.seed)
 
 
-def summary(order, samples):
+def summary(order):
     """order: (epochs, ranks, per_rank) sample indices as each rank read them. Besides it, per epoch after the first,
     how many ranks read the first epoch's order again, and per epoch how many distinct samples the ranks read."""
     repeated = torch.stack([(order[e] == order[0]).all(dim=1).sum() for e in range(1, order.shape[0])])
@@ -152,7 +155,7 @@ def summary(order, samples):
 def train_loop(x, rank, before_epoch=None, make_loader=None):
     """One rank's process as the tutorial writes it: its sampler, its loader, `for epoch in range(args.epochs)`, every
     batch read; `before_epoch(sampler, epoch, rank)` runs at the top of each epoch. Returns (epochs, per_rank)."""
-    sampler = DistributedSampler(x.dataset, num_replicas=x.world_size, rank=rank)
+    sampler = DistributedSampler(x.dataset, num_replicas=x.world_size, rank=rank, seed=x.seed)
     loader = (make_loader or tutorial_loader)(x, sampler)
     epochs = []
     for epoch in range(x.epochs):
@@ -170,7 +173,7 @@ def tutorial_loader(x, sampler, dataset=None):
 
 def run(x, before_epoch=None, make_loader=None):
     order = torch.stack([train_loop(x, rank, before_epoch, make_loader) for rank in range(x.world_size)], dim=1)
-    return summary(order, len(x.dataset))
+    return summary(order)
 
 
 def buggy(x):
@@ -189,14 +192,14 @@ def fixed(x):
 
 def reference(x):
     """The intended order, without a sampler or a loader: each epoch one permutation of all samples, the same on every
-    rank (a generator seeded 0 + epoch, DistributedSampler's documented seed), rank r reading every world_size-th index
+    rank (a generator seeded seed + epoch, as DistributedSampler documents it), rank r reading every world_size-th index
     from r (60,000 divides by 32: no padding)."""
     n, world = len(x.dataset), x.world_size
     epochs = []
     for epoch in range(x.epochs):
-        permutation = torch.randperm(n, generator=torch.Generator().manual_seed(0 + epoch))
+        permutation = torch.randperm(n, generator=torch.Generator().manual_seed(x.seed + epoch))
         epochs.append(torch.stack([permutation[rank:n:world] for rank in range(world)]))
-    return summary(torch.stack(epochs), n)
+    return summary(torch.stack(epochs))
 
 
 def speed_baseline(x):

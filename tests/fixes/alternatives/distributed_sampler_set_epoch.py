@@ -17,7 +17,7 @@ class EpochAdvancingSampler(DistributedSampler):
 
 
 def advancing_loader(x, sampler):
-    return tutorial_loader(x, EpochAdvancingSampler(x.dataset, num_replicas=sampler.num_replicas, rank=sampler.rank))
+    return tutorial_loader(x, EpochAdvancingSampler(x.dataset, num_replicas=sampler.num_replicas, rank=sampler.rank, seed=sampler.seed))
 
 
 def distributed_sampler_set_epoch(x):
