@@ -74,20 +74,20 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
-            r"(?i)\b(?:same|identical)\s+(?:data\s+)?(?:order(?:ing)?|sequence|batch(?:es)?|data|samples?|shuffl\w*)\b[^.]{0,60}\b(?:every|each|all|across|between|multiple|different)\b[^.]{0,20}\bepochs?\b|\bthe same order(?:ing)? will (?:always be|be always) used\b",
+            r"(?i)\b(?:same|identical) +(?:data +)?(?:order(?:ing)?|sequence|batch(?:es)?|data|samples?|shuffl\w*)\b[^.]{0,60}\b(?:every|each|all|across|between|multiple|different)\b[^.]{0,20}\bepochs?\b|\bthe same order(?:ing)? will (?:always be|be always) used\b",
             0.45,
             "the same order, batches or data in every epoch (or the sampler's own warning of it)",
         ),
         Sign(
             "failure",
-            r"(?i)\b(?:DistributedSampler|distributed sampler)\b[^.]{0,80}\b(?:can'?t|cannot|not|doesn'?t|does not|no)\s+shuffl\w*|\bwithout\s+(?:calling\s+)?`?(?:\w+\.)?set_epoch\b[^.]{0,80}\b(?:same|identical)\b|\b(?:no|missing|forgot|without|never|not)\b[^.\n]{0,30}`?(?:\w+\.)?set_epoch\b",
+            r"(?i)\b(?:DistributedSampler|distributed sampler)\b[^.]{0,80}\b(?:can'?t|cannot|not|doesn'?t|does not|no) +shuffl\w*|\bwithout +(?:calling +)?`?(?:\w+\.)?set_epoch\b[^.]{0,80}\b(?:same|identical)\b|\b(?:no|missing|forgot|without|never|not)\b[^.\n]{0,30}`?(?:\w+\.)?set_epoch\b",
             0.55,
             "a DistributedSampler that does not shuffle, or set_epoch missing",
             family=True,
         ),
         Sign(
             "failure",
-            r"(?i)\b(?:is|are)\s+(?:the\s+)?(?:same|identical)\s+(?:in|for|across|between)\s+(?:every|each|all|different)\s+epochs?\b|\bepochs?\b[^.]{0,40}\b(?:sample|load|read|see)s?\b[^.]{0,30}\bin the same order\b|\b(?:GPU|rank|process)\w*\s+always\s+loads?\s+the\s+same\s+data\b",
+            r"(?i)\b(?:is|are) +(?:the +)?(?:same|identical) +(?:in|for|across|between) +(?:every|each|all|different) +epochs?\b|\bepochs?\b[^.]{0,40}\b(?:sample|load|read|see)s?\b[^.]{0,30}\bin the same order\b|\b(?:GPU|rank|process)\w* +always +loads? +the +same +data\b",
             0.45,
             "data that is the same in every epoch, or a rank that always loads the same data",
         ),
@@ -99,7 +99,7 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "support",
-            r"(?i)\bshuffle\s*=\s*(?:True|False)\b|\bfor\s+epoch\s+in\s+range\b|\bworld_size\b|\bnproc_per_node\b",
+            r"(?i)\bshuffle *= *(?:True|False)\b|\bfor +epoch +in +range\b|\bworld_size\b|\bnproc_per_node\b",
             0.1,
             "the epoch loop of a distributed training script",
         ),
