@@ -330,7 +330,7 @@ def _new_record(
 
 def _check_integrity(sources: dict, record: CaseRecord, path: Path, on_phase: Callable[[str, PhaseRecord | None], None]) -> None:
     on_phase("integrity", None)
-    record.phases.append(grade.integrity(sources, record))
+    record.phases.append(grade.integrity(sources, record, path.parent / "displaced"))
     write_record(record, path)
     on_phase("integrity", record.phases[-1])
 

@@ -569,3 +569,24 @@ def test_a_fix_wrong_at_the_object_s_edge_is_rejected_by_correct_not_by_speed(tm
     labels = next(d for d in correct.figures["differing"] if d["output"] == "output['labels']")  # named as the reference names it
     assert labels["mismatched"] > 0 and labels["of"] == correct.figures["integers"], correct.figures["differing"]
     assert verdict.line.startswith("rejected by correct"), verdict.line
+
+
+def test_a_restore_keeps_what_it_overwrote_or_removed(tmp_path, monkeypatch):
+    """The integrity check puts the sources back as they were; a change it undoes may be a person's edit made while
+    the grade ran (a merge, a new case), so what it found is kept beside the record, never lost."""
+    from harness.grading import integrity as module
+    from harness.records import CaseRecord
+
+    root = tmp_path / "project"
+    (root / "cases").mkdir(parents=True)
+    (root / "cases" / "kept.py").write_text("before")
+    monkeypatch.setattr(module, "ROOT", root)
+    before = module.project_sources()
+    (root / "cases" / "kept.py").write_text("edited meanwhile")
+    (root / "cases" / "new.py").write_text("added meanwhile")
+    record = CaseRecord("embedding_oob", "", "cpu", "", {}, {})
+    checked = module.integrity(before, record, tmp_path / "displaced")
+    assert checked.status == "tampered" and f"kept in {tmp_path / 'displaced'}" in checked.message
+    assert (root / "cases" / "kept.py").read_text() == "before" and not (root / "cases" / "new.py").exists()
+    assert (tmp_path / "displaced" / "cases" / "kept.py").read_text() == "edited meanwhile"
+    assert (tmp_path / "displaced" / "cases" / "new.py").read_text() == "added meanwhile"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 from harness.cases import ROOT
 from harness.grading.common import PROJECT_SOURCES
@@ -20,10 +21,12 @@ def project_sources() -> dict[str, bytes]:
     }
 
 
-def integrity(before: dict[str, bytes], record: CaseRecord) -> PhaseRecord:
+def integrity(before: dict[str, bytes], record: CaseRecord, displaced: Path | None = None) -> PhaseRecord:
     """After grading: the project's sources byte-identical (a changed file is restored, and rejects the fix), no
-    write outside a child's scratch directory attempted, no process of the submission left running."""
-    changed = _restore(before, project_sources())
+    write outside a child's scratch directory attempted, no process of the submission left running. What a restore
+    overwrites or removes is kept under `displaced` (the grade's output folder), as the grade found it: the change
+    may be a person's own edit made while the grade ran, not the submission's."""
+    changed = _restore(before, project_sources(), displaced)
     figures = _figures(before, changed, record)
     refused, left = figures["refused_writes"], figures["left_behind"]
     if changed:
@@ -31,7 +34,8 @@ def integrity(before: dict[str, bytes], record: CaseRecord) -> PhaseRecord:
             "integrity",
             "tampered",
             False,
-            f"the grade changed {', '.join(changed[:3])}: restored from the copy read before grading",
+            f"the grade changed {', '.join(changed[:3])}: restored from the copy read before grading"
+            + (f"; what it found is kept in {displaced}" if displaced is not None else ""),
             figures,
         )
     signals = [line.removeprefix("kill ") for line in refused if line.startswith("kill ")]
@@ -68,11 +72,15 @@ def integrity(before: dict[str, bytes], record: CaseRecord) -> PhaseRecord:
     )
 
 
-def _restore(before: dict[str, bytes], after: dict[str, bytes]) -> list[str]:
-    """The sources that differ from the copy read before grading, each put back as it was."""
+def _restore(before: dict[str, bytes], after: dict[str, bytes], displaced: Path | None) -> list[str]:
+    """The sources that differ from the copy read before grading, each put back as it was (and what was there kept
+    under `displaced`)."""
     changed = sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
     for path in changed:
         target = ROOT / path
+        if displaced is not None and path in after:
+            (displaced / path).parent.mkdir(parents=True, exist_ok=True)
+            (displaced / path).write_bytes(after[path])
         if path in before:
             target.write_bytes(before[path])
         else:
