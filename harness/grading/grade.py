@@ -36,8 +36,9 @@ does not:
                            Neither speed nor memory measures a fix that fix or correct already showed wrong:
                            their record is `not_timed`, and names that check.
     integrity              last, in this process: the project's sources byte-identical (a changed one is
-                           restored: tampered; what it found is kept in the output folder's displaced/), no write outside the sandbox attempted (wrote_outside_sandbox),
-                           no process of the submission left running (left_processes, killed).
+                           restored: tampered; what it found is kept in the output folder's displaced/), no
+                           write outside the sandbox attempted (wrote_outside_sandbox), no process of the
+                           submission left running (left_processes, killed).
 
 Every child that imports the submitted file confines itself first (harness/process/confine.py: Landlock, a
 write guard, rlimits); the harness's own process never imports it.
