@@ -95,13 +95,13 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
-            r"(?i)\bwhere\b.{0,120}\b(?:grad\w*|backward|backprops?)\b.{0,80}\b(?:nan|inf)s?\b|\b(?:nan|inf)s?\b.{0,80}\b(?:grad\w*|backward|backprops?)\b.{0,120}\bwhere\b|\b(?:grad\w*|backprops?)\b.{0,60}\bwhere\b.{0,80}\b(?:nan|inf)s?\b",
+            r"(?i)\bwhere\b.{0,120}\b(?:grad\w*|backward|backprops?)\b.{0,80}\b(?:nan|inf)s?\b|\b(?:nan|inf)s?\b.{0,80}\b(?:grad\w*|backward|backprops?)\b.{0,120}\bwhere\b|\b(?:grad\w*|backprops?)\b.{0,60}\bwhere\b.{0,80}\b(?:nan|inf)s?\b|\b(?:nan|inf)s?\b.{0,40}\b(?:np|jnp|torch|tf)\.where\b.{0,40}\bgrad\w*",
             0.45,
             "NaN (or inf) gradients through a where",
         ),
         Sign(
             "failure",
-            r"(?i)\b(?:untaken|unselected|not[- ]selected|non-?selected|inactive|unused|masked[- ]out|off) (?:branch|path)|\b(?:branch|path)\w* (?:that )?(?:was |is )?(?:never |not )taken|\bnot used at all\b|\bnever selects\b",
+            r"(?i)\b(?:untaken|unselected|not[- ]selected|non-?selected|inactive|unused|masked[- ]out|off) (?:\w+ )?(?:branch|path)|\b(?:branch|path)\w* (?:that |which )?(?:was |is )?(?:never |not )(?:taken|executed)|\bnot used at all\b|\bnever selects\b",
             0.35,
             "the branch the where does not select still reaches the gradient",
         ),
@@ -119,7 +119,7 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "context",
-            r"(?i)\b(?:torch|np|jnp|numpy)\.where\b|\bS?WhereBackward\d*\b|\bwhere\((?:\w+ ?[<>=!]=?|cond|mask)|\[~torch\.isfinite\(",
+            r"(?i)\b(?:torch|np|jnp|numpy|tf)\.where\b|\bS?WhereBackward\d*\b|\bwhere\((?:\w+ ?[<>=!]=?|cond|mask)|\[~torch\.isfinite\(|`where`",
             0.35,
             "a where in the code or the graph (or a mask of the non-finite elements)",
         ),
