@@ -26,6 +26,7 @@ from harness.process.confine import Limits
 from harness.process.fork_server import preload
 from harness.process.isolate import run_isolated
 from harness.records import CaseRecord, PhaseRecord, host_environment, now, probe_device, write_record
+from harness.statuses import Run
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 PROBE_TIMEOUT_S = 120.0
@@ -344,7 +345,7 @@ def _record_cut(record: CaseRecord, phase: str | None, cut: JobCut, started: flo
     record.phases.append(
         PhaseRecord(
             phase=str(phase or "setup"),
-            status="cut",
+            status=Run.CUT,
             ok=False,
             message=f"the job was {cut} {cut.at - started:.1f} s into this phase; the phases before it are complete",
             figures={"signal": cut.signal},

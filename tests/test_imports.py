@@ -84,6 +84,7 @@ LAYERS = (  # lowest first: a module imports only modules of its own layer or of
         (
             "harness",
             "harness.compiled",
+            "harness.statuses",
             "harness.recordset",
             "harness.margins",
             "harness.triage",

@@ -64,6 +64,7 @@ from harness.phases import CASE_CONTROLS, Settings, memory_budget
 from harness.phases import run_phase as run_case_phase
 from harness.process.submitted import Submission, file_sha256
 from harness.records import PhaseRecord
+from harness.statuses import Memory
 
 __all__ = [  # the grade's entry points, for run.py, the bench and the tests: the checks live in the modules beside this one
     "EXERCISE_FUNCTION",
@@ -113,7 +114,7 @@ def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings)
             yield _name_the_symptom(record, case, settings.device)
         elif record.phase == "speed" or record.phase.startswith("speed:"):
             yield _name_the_slow_symptom(_flag_implausibly_fast(check_timed_outputs(record, cfg, settings)), case, settings.device)
-        elif record.phase == "memory" and record.status == "inconclusive":
-            yield dataclasses.replace(record, status="undecided", ok=False, message=record.message + "; a grade must be decisive")
+        elif record.phase == "memory" and record.status == Memory.INCONCLUSIVE:
+            yield dataclasses.replace(record, status=Memory.UNDECIDED, ok=False, message=record.message + "; a grade must be decisive")
         else:
             yield record

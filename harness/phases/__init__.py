@@ -30,6 +30,7 @@
     memory_fixes one record per memory control, phase "memory_fix:<name>"; the memory verdict must flag it
                flagged | missed | no_budget | raised | crashed | timeout | error
 
+Each family's statuses are named in harness/statuses.py (a StrEnum each, written to the records as its strings).
 "error" means the case itself broke (e.g. `make_inputs` raised): not a verdict on the bug.
 Children get the case by name (`cfg.name`) and import it from the fork server's preload.
 When a submitted fix is graded (harness/grading/grade.py), `fix_under_test` hands fix, correct and speed that
@@ -53,9 +54,10 @@ from harness.phases.common import FIXED, Settings, SpeedSettings, fix_under_test
 from harness.phases.controls import bad_fix, memory_fix, slow_fix
 from harness.phases.correct import correct, fix
 from harness.phases.memory import memory, memory_budget, memory_config
-from harness.phases.reproduce import CLEAN_RUN, FAILURE_REPRODUCED, reproduce
+from harness.phases.reproduce import reproduce
 from harness.phases.speed import speed
 from harness.records import PhaseRecord
+from harness.statuses import CLEAN_RUN, FAILURE_REPRODUCED
 
 __all__ = [
     "CLEAN_RUN",

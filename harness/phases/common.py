@@ -17,6 +17,7 @@ from harness.process.confine import Limits
 from harness.process.outcome import ChildResult, Failure
 from harness.process.submitted import load_submitted, submission_of
 from harness.records import PhaseRecord
+from harness.statuses import BROKE, ERROR
 from harness.symptoms import symptom_on
 
 FIXED = "fixed"
@@ -107,13 +108,13 @@ def abnormal(phase: str, result: ChildResult) -> PhaseRecord:
     if result.status == "raised":
         return record_of(
             phase,
-            "error",
+            ERROR,
             False,
             f"the case failed before the phase could run: {result.failure.headline}",
             result,
             {"traceback": result.failure.traceback},
         )
-    status = {"signalled": "crashed", "exited": "crashed", "timeout": "timeout", "limit": "crashed"}[result.status]
+    status = BROKE[result.status]
     said = result.output.rpartition("[harness] ")[2].strip() if "[harness] " in result.output else ""
     return record_of(
         phase, status, False, result.summary + (f" ({said})" if said else ""), result, {"signal": result.signal} if result.signal else {}

@@ -34,6 +34,7 @@ from harness.phases.common import (
 from harness.process.isolate import run_isolated
 from harness.process.outcome import Failure
 from harness.records import PhaseRecord
+from harness.statuses import Correct
 from harness.symptoms import Warns, symptom_on
 
 
@@ -45,8 +46,8 @@ def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
     figures = {"host_sync_checked": sync_checked} if sync_checked else {}
     figures.update(compile_figures)
     if failure is not None:
-        return record_of("fix", "raised", False, failure.headline, result, {**figures, "raised_at": failure.where})
-    return record_of("fix", "passed", True, f"returned {output}", result, figures)
+        return record_of("fix", Correct.RAISED, False, failure.headline, result, {**figures, "raised_at": failure.where})
+    return record_of("fix", Correct.PASSED, True, f"returned {output}", result, figures)
 
 
 def _fix_in_child(cfg: DictConfig, device: str) -> tuple[str | None, Failure | None, bool, dict[str, Any]]:
@@ -106,12 +107,14 @@ def correct(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecor
         return abnormal("correct", result)
     figures, failure = result.value
     if failure is not None:
-        return record_of("correct", "raised", False, failure.headline, result)
+        return record_of("correct", Correct.RAISED, False, failure.headline, result)
     if figures.get("still_warns"):
-        return record_of("correct", "mismatch", False, f"still warns as the buggy code does: {figures['still_warns']}", result, figures)
+        return record_of(
+            "correct", Correct.MISMATCH, False, f"still warns as the buggy code does: {figures['still_warns']}", result, figures
+        )
     if figures["match"]:
-        return record_of("correct", "passed", True, "matches the reference " + tolerance_text(cfg), result, figures)
-    return record_of("correct", "mismatch", False, "differs from the reference: " + difference(figures), result, figures)
+        return record_of("correct", Correct.PASSED, True, "matches the reference " + tolerance_text(cfg), result, figures)
+    return record_of("correct", Correct.MISMATCH, False, "differs from the reference: " + difference(figures), result, figures)
 
 
 def compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dict | None, Failure | None]:

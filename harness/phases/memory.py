@@ -32,6 +32,7 @@ from harness.process.isolate import run_isolated
 from harness.process.outcome import ChildResult, Failure
 from harness.process.submitted import SUBMITTED_KEY, submission_of
 from harness.records import PhaseRecord
+from harness.statuses import Memory, Reproduce
 from harness.symptoms import symptom_on
 
 
@@ -39,7 +40,7 @@ def memory(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord
     """The fix's memory over `steps` steps against `memory_baseline`'s, judged against `memory.budget.<device>`."""
     reason = OmegaConf.select(cfg, "memory.not_applicable")
     if reason:
-        return PhaseRecord("memory", "not_applicable", True, str(reason), {"device": settings.device}, 0.0, "")
+        return PhaseRecord("memory", Memory.NOT_APPLICABLE, True, str(reason), {"device": settings.device}, 0.0, "")
     return memory_judged("memory", FIXED, case, cfg, settings)
 
 
@@ -55,10 +56,10 @@ def reproduce_growth(case: ModuleType, cfg: DictConfig, settings: Settings) -> P
     figures.update(verdict.figures(), at_least=symptom.at_least, oom=symptom.oom)
     said = memory_verdict.describe(buggy, baseline)
     if verdict.growth_fraction_low >= symptom.at_least:
-        return PhaseRecord("reproduce", "reproduced", True, f"memory grows: {said}", figures, seconds, output)
+        return PhaseRecord("reproduce", Reproduce.REPRODUCED, True, f"memory grows: {said}", figures, seconds, output)
     return PhaseRecord(
         "reproduce",
-        "not_reproduced",
+        Reproduce.NOT_REPRODUCED,
         False,
         f"growth {verdict.growth_fraction_low:.3f} (lower bound) of the baseline's peak per step < {symptom.at_least}: {said}",
         figures,
@@ -88,12 +89,12 @@ def memory_judged(phase: str, candidate: str, case: ModuleType, cfg: DictConfig,
     figures.update(verdict.figures(), budget=budget)
     said = memory_verdict.describe(fix_memory, baseline)
     message = {
-        "measured": f"{said}; no memory budget on {settings.device}",
-        "within_budget": f"{said}; within budget {budget}",
-        "over_budget": f"{said}; over budget: {'; '.join(verdict.reasons)}",
-        "inconclusive": f"{said}; {'; '.join(verdict.reasons)}",
+        Memory.MEASURED: f"{said}; no memory budget on {settings.device}",
+        Memory.WITHIN_BUDGET: f"{said}; within budget {budget}",
+        Memory.OVER_BUDGET: f"{said}; over budget: {'; '.join(verdict.reasons)}",
+        Memory.INCONCLUSIVE: f"{said}; {'; '.join(verdict.reasons)}",
     }[verdict.status]
-    return PhaseRecord(phase, verdict.status, verdict.status != "over_budget", message, figures, seconds, output)
+    return PhaseRecord(phase, verdict.status, Memory(verdict.status).ok, message, figures, seconds, output)
 
 
 def measure_pair(phase: str, candidate: str, cfg: DictConfig, settings: Settings) -> tuple | PhaseRecord:
@@ -117,7 +118,7 @@ def measure_pair(phase: str, candidate: str, cfg: DictConfig, settings: Settings
         base = _BASELINES[key]
     if base.status != "returned" or base.value is not None or base.talk is None:
         broke = _memory_abnormal(phase, base)
-        return dataclasses.replace(broke, status="error", ok=False, message=f"the memory baseline's child: {broke.message}")
+        return dataclasses.replace(broke, status=Memory.ERROR, ok=False, message=f"the memory baseline's child: {broke.message}")
     level = settings.memory.level
     fix_memory = memory_source.step_memory(result.talk, settings.device, level)
     baseline = memory_source.step_memory(base.talk, settings.device, level)
@@ -195,7 +196,7 @@ def memory_config(cfg: DictConfig, device: str) -> DictConfig:
 
 def _memory_abnormal(phase: str, result: ChildResult) -> PhaseRecord:
     if result.status == "returned" and result.value is not None:
-        return record_of(phase, "raised", False, result.value.headline, result, {"raised_at": result.value.where})
+        return record_of(phase, Memory.RAISED, False, result.value.headline, result, {"raised_at": result.value.where})
     if result.status == "returned":
-        return record_of(phase, "crashed", False, "the memory child stopped answering the parent", result)
+        return record_of(phase, Memory.CRASHED, False, "the memory child stopped answering the parent", result)
     return abnormal(phase, result)

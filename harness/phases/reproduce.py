@@ -18,6 +18,7 @@ from harness.phases.speed import time_against
 from harness.process.isolate import run_isolated
 from harness.process.outcome import ChildResult
 from harness.records import PhaseRecord
+from harness.statuses import Reproduce, Speed
 from harness.symptoms import Growth, Slow, Symptom, Warns, WrongResult, symptom_on
 
 
@@ -59,7 +60,9 @@ def reproduce_raised(symptom: Symptom, case: ModuleType, cfg: DictConfig, settin
                 result,
                 said,
             )
-        return record_of("reproduce", "not_reproduced", False, f"buggy ran without error on torch {torch.__version__}", result, said)
+        return record_of(
+            "reproduce", Reproduce.NOT_REPRODUCED, False, f"buggy ran without error on torch {torch.__version__}", result, said
+        )
     figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where, **failure.figures, **said}
     figures.setdefault("traceback", failure.traceback)  # the frames tell cases with one error text apart (harness.triage)
     if symptom.output:
@@ -68,12 +71,17 @@ def reproduce_raised(symptom: Symptom, case: ModuleType, cfg: DictConfig, settin
         figures["unrelated_op_after_error"] = context_after
     problems = symptom.mismatches(failure, result.output)
     if problems:
-        return record_of("reproduce", "wrong_failure", False, f"{failure.headline} ({'; '.join(problems)})", result, figures)
+        return record_of("reproduce", Reproduce.WRONG_FAILURE, False, f"{failure.headline} ({'; '.join(problems)})", result, figures)
     if not expected:
         return record_of(
-            "reproduce", "reproduced", False, f"{failure.headline} (but it was recorded as failing {symptom.range_text()})", result, figures
+            "reproduce",
+            Reproduce.REPRODUCED,
+            False,
+            f"{failure.headline} (but it was recorded as failing {symptom.range_text()})",
+            result,
+            figures,
         )
-    return record_of("reproduce", "reproduced", True, failure.headline, result, figures)
+    return record_of("reproduce", Reproduce.REPRODUCED, True, failure.headline, result, figures)
 
 
 def reproduce_silent(
@@ -92,7 +100,7 @@ def reproduce_silent(
         figures.update(error=failure.headline, raised_at=failure.where, traceback=failure.traceback)
         return record_of(
             "reproduce",
-            "wrong_failure",
+            Reproduce.WRONG_FAILURE,
             False,
             f"{failure.headline} (expected it to return {'a wrong result' if isinstance(symptom, WrongResult) else 'with a warning'})",
             result,
@@ -107,10 +115,10 @@ def reproduce_silent(
 
 def _judge_warned(symptom: Warns, cfg: DictConfig, result: ChildResult, figures: dict, warning: str | None, expected: bool) -> PhaseRecord:
     if warning is not None:
-        return record_of("reproduce", "warned", expected, warning, result, figures)
+        return record_of("reproduce", Reproduce.WARNED, expected, warning, result, figures)
     return record_of(
         "reproduce",
-        symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)) if not expected else "not_reproduced",
+        symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)) if not expected else Reproduce.NOT_REPRODUCED,
         not expected,
         f"buggy ran without the warning /{symptom.warning}/ on torch {torch.__version__}",
         result,
@@ -124,11 +132,11 @@ def _judge_wrong_result(
     wrong = not compared["match"]
     if wrong and (symptom.warning is None or warning is not None):
         said = f"returned a wrong result: {difference(compared)}" + (f"; warned {warning}" if warning else "")
-        return record_of("reproduce", "wrong_result", expected, said, result, figures)
+        return record_of("reproduce", Reproduce.WRONG_RESULT, expected, said, result, figures)
     if wrong:
         return record_of(
             "reproduce",
-            "wrong_failure",
+            Reproduce.WRONG_FAILURE,
             False,
             f"returned a wrong result, without the warning /{symptom.warning}/: {difference(compared)}",
             result,
@@ -145,18 +153,12 @@ def _judge_wrong_result(
         )
     return record_of(
         "reproduce",
-        "not_reproduced",
+        Reproduce.NOT_REPRODUCED,
         False,
         f"buggy returned the reference's output {tolerance_text(cfg)} on torch {torch.__version__}",
         result,
         figures,
     )
-
-
-FAILURE_REPRODUCED = frozenset(
-    {"reproduced", "wrong_result", "warned", "slow", "raised", "aborted", "silent"}
-)  # eager's statuses, then the compiled outcomes
-CLEAN_RUN = frozenset({"fixed_upstream", "clean_before", "clean_compiled"})  # no failure, where the case records none
 
 
 def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
@@ -177,7 +179,7 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
         native = compile_axis.native_message(result.output)
         figures = {"signal": result.signal, "native_message": native, "same_as_eager": False}
         said = compile_axis.native_headline(native)
-        return record_of("reproduce", "aborted", expected, f"{result.signal} under {mode}: {said}", result, figures)
+        return record_of("reproduce", Reproduce.ABORTED, expected, f"{result.signal} under {mode}: {said}", result, figures)
     if result.status != "returned":
         return abnormal("reproduce", result)
     seen = BuggyRun(**result.value)
@@ -194,14 +196,14 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
         if silent["match"]:
             return record_of(
                 "reproduce",
-                "not_reproduced",
+                Reproduce.NOT_REPRODUCED,
                 False,
                 f"compiled buggy returned the reference's output on torch {torch.__version__}",
                 result,
                 silent,
             )
         message = f"returned an output under {mode} where eager raises {symptom.exception}: {difference(silent)}"
-        return record_of("reproduce", "silent", True, message, result, {**silent, "same_as_eager": False})
+        return record_of("reproduce", Reproduce.SILENT, True, message, result, {**silent, "same_as_eager": False})
     problems = symptom.mismatches(failure, result.output)
     figures: dict[str, Any] = {
         "error": failure.headline,
@@ -213,9 +215,9 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
     if context_after is not None:
         figures["unrelated_op_after_error"] = context_after
     if problems and compile_axis.is_compiler_error(failure.types, failure.modules):
-        return record_of("reproduce", "compile_failed", False, f"the compiler raised {failure.headline}", result, figures)
+        return record_of("reproduce", Reproduce.COMPILE_FAILED, False, f"the compiler raised {failure.headline}", result, figures)
     eager = "" if not problems else f" (eager: {symptom.exception}; {'; '.join(problems)})"
-    return record_of("reproduce", "raised", expected, failure.headline + eager, result, figures)
+    return record_of("reproduce", Reproduce.RAISED, expected, failure.headline + eager, result, figures)
 
 
 def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
@@ -240,11 +242,11 @@ def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, settings: S
         if seen.graphs_compiled
         else ""
     ) + (f"; logged: {said[0].splitlines()[0]}" if said else "")
-    if timed.status == "over_budget":
+    if timed.status == Speed.OVER_BUDGET:
         if symptom.log and not said:
             return PhaseRecord(
                 "reproduce",
-                "wrong_failure",
+                Reproduce.WRONG_FAILURE,
                 False,
                 f"slow, but torch logged nothing like /{symptom.log}/: {timed.message}",
                 figures,
@@ -252,13 +254,13 @@ def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, settings: S
                 result.output,
             )
         message = f"correct and slow: buggy against `{symptom.baseline}` {timed.message.replace('over budget', 'over')}{explained}"
-        return PhaseRecord("reproduce", "slow", expected, message, figures, seconds, result.output)
-    if timed.status == "within_budget":
+        return PhaseRecord("reproduce", Reproduce.SLOW, expected, message, figures, seconds, result.output)
+    if timed.status == Speed.WITHIN_BUDGET:
         return _not_slow(symptom, cfg, timed, expected, figures, seconds, result.output)
-    if timed.status == "inconclusive":
+    if timed.status == Speed.INCONCLUSIVE:
         return PhaseRecord(
             "reproduce",
-            "inconclusive",
+            Reproduce.INCONCLUSIVE,
             False,
             f"the interval still straddles {symptom.at_least}x: {timed.message}",
             figures,
@@ -274,7 +276,7 @@ def _not_right(seen: BuggyRun, result: ChildResult, figures: dict[str, Any]) -> 
         figures.update(error=seen.failure.headline, raised_at=seen.failure.where, traceback=seen.failure.traceback)
         return record_of(
             "reproduce",
-            "wrong_failure",
+            Reproduce.WRONG_FAILURE,
             False,
             f"{seen.failure.headline} (expected it to return the right result, slowly)",
             result,
@@ -283,7 +285,7 @@ def _not_right(seen: BuggyRun, result: ChildResult, figures: dict[str, Any]) -> 
     if not seen.compared["match"]:
         return record_of(
             "reproduce",
-            "wrong_failure",
+            Reproduce.WRONG_FAILURE,
             False,
             f"returned a wrong result (expected it right and slow): {difference(seen.compared)}",
             result,
@@ -298,7 +300,7 @@ def _not_slow(
     if expected:
         return PhaseRecord(
             "reproduce",
-            "not_reproduced",
+            Reproduce.NOT_REPRODUCED,
             False,
             f"buggy is not slower than {symptom.at_least}x `{symptom.baseline}` on torch {torch.__version__}: {timed.message}",
             figures,

@@ -31,6 +31,7 @@ from harness.phases.timing_processes import apart_timing_process, graded_timing_
 from harness.process.outcome import ChildResult
 from harness.process.submitted import submission_of
 from harness.records import PhaseRecord
+from harness.statuses import Speed
 
 
 def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
@@ -150,7 +151,7 @@ def _time_against(
             break
     figures = _figures(estimate, budget, tally, result.value[0]["cpu_threads"], started)
     interval, message = _message(verdict, estimate, budget, settings.device, figures["seconds"])
-    ok = verdict not in ("over_budget", "undecided")  # inconclusive (a case's own timing) is no failure, but reports show it apart
+    ok = verdict.ok  # inconclusive (a case's own timing) is no failure, but reports show it apart
     if graded:
         verdict, ok, message = _graded_findings(verdict, ok, message, interval, figures, tally, check_dir, cfg, settings.device)
     return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output)
@@ -177,7 +178,7 @@ def _timing_process(talk, candidate: str, baseline: str, inputs: Any, cfg: DictC
 def _disturbed(phase: str, disturbed: str, result: ChildResult, tally: _Tally, device: str, started: float) -> PhaseRecord:
     figures = {"baseline_disturbed": disturbed, **containment(result), **tally.changed}
     message = baseline_anomaly(tally.processes, device)[1]
-    return PhaseRecord(phase, "baseline_disturbed", False, message, figures, round(time.monotonic() - started, 4), result.output)
+    return PhaseRecord(phase, Speed.BASELINE_DISTURBED, False, message, figures, round(time.monotonic() - started, 4), result.output)
 
 
 def _private_seeds() -> dict[str, int]:
@@ -208,14 +209,14 @@ def _broken(phase: str, results: dict[str, ChildResult]) -> PhaseRecord | None:
         return abnormal(phase, result)
     failure = result.value[1]
     if failure is not None:
-        return record_of(phase, "raised", False, failure.headline, result)
+        return record_of(phase, Speed.RAISED, False, failure.headline, result)
     for side in ("baseline", "pristine"):
         if side in results and (results[side].status != "returned" or results[side].value[1] is not None):
             broke = results[side]
             said = broke.summary if broke.status != "returned" else f"raised {broke.value[1].headline}"
-            return record_of(phase, "error", False, f"the model solution's timing child ({side}) {said}", broke)
+            return record_of(phase, Speed.ERROR, False, f"the model solution's timing child ({side}) {said}", broke)
     if result.talk is None:
-        return record_of(phase, "crashed", False, "the timing child stopped answering the parent's requests", result)
+        return record_of(phase, Speed.CRASHED, False, "the timing child stopped answering the parent's requests", result)
     return None
 
 
@@ -244,14 +245,14 @@ def _gather(tally: _Tally, results: dict[str, ChildResult], timed: TimedProcess,
     ]
 
 
-def _verdict(estimate: RatioEstimate, budget: float | None, clear_by: float, out_of_time: bool, graded: bool) -> str | None:
+def _verdict(estimate: RatioEstimate, budget: float | None, clear_by: float, out_of_time: bool, graded: bool) -> Speed | None:
     """The verdict on the interval so far, or None to measure on: an interval over the budget but not yet past it
     by `clear_by` is measured on while time allows; one straddling it at the end is inconclusive (undecided, graded)."""
-    verdict = judge(estimate, budget) if budget is not None else "measured"
-    if verdict == "over_budget" and estimate.ratio_low < clear_by * budget:
+    verdict = judge(estimate, budget) if budget is not None else Speed.MEASURED
+    if verdict == Speed.OVER_BUDGET and estimate.ratio_low < clear_by * budget:
         verdict = None
     if verdict is None and out_of_time:
-        verdict = judge(estimate, budget) or ("undecided" if graded else "inconclusive")
+        verdict = judge(estimate, budget) or (Speed.UNDECIDED if graded else Speed.INCONCLUSIVE)
     return verdict
 
 
@@ -265,16 +266,16 @@ def _figures(estimate: RatioEstimate, budget: float | None, tally: _Tally, cpu_t
     return figures
 
 
-def _message(verdict: str, estimate: RatioEstimate, budget: float | None, device: str, seconds: float) -> tuple[str, str]:
+def _message(verdict: Speed, estimate: RatioEstimate, budget: float | None, device: str, seconds: float) -> tuple[str, str]:
     """The interval in words, and the verdict's message."""
     interval = f"{estimate.ratio:.3f}x [{estimate.ratio_low:.3f}, {estimate.ratio_high:.3f}] ({estimate.level:.0%}, {estimate.samples} pairs in {estimate.processes} processes)"
     times = f"{estimate.candidate_s * 1e3:.3f} ms vs {estimate.baseline_s * 1e3:.3f} ms"
     message = {
-        "measured": f"{interval}, {times}; no budget on {device}",
-        "within_budget": f"{interval}, {times}; within budget {budget}x",
-        "over_budget": f"{interval}, {times}; over budget {budget}x",
-        "inconclusive": f"{interval}, {times}; the interval still straddles the budget {budget}x after {seconds} s",
-        "undecided": (
+        Speed.MEASURED: f"{interval}, {times}; no budget on {device}",
+        Speed.WITHIN_BUDGET: f"{interval}, {times}; within budget {budget}x",
+        Speed.OVER_BUDGET: f"{interval}, {times}; over budget {budget}x",
+        Speed.INCONCLUSIVE: f"{interval}, {times}; the interval still straddles the budget {budget}x after {seconds} s",
+        Speed.UNDECIDED: (
             f"{interval}, {times}; the interval still straddles the budget {budget}x after {seconds} s: the grader could not tell, "
             "and a grade must be decisive; grade it again on a quieter machine, or give it longer (speed.grade_max_s)"
         ),
@@ -283,7 +284,7 @@ def _message(verdict: str, estimate: RatioEstimate, budget: float | None, device
 
 
 def _graded_findings(
-    verdict: str,
+    verdict: Speed,
     ok: bool,
     message: str,
     interval: str,
@@ -292,7 +293,7 @@ def _graded_findings(
     check_dir: Path | None,
     cfg: DictConfig,
     device: str,
-) -> tuple[str, bool, str]:
+) -> tuple[Speed, bool, str]:
     """A grade's figures (the outputs kept for the judge, what its children tried), and what the parent saw beside
     the samples, which overrides the interval's verdict."""
     figures.update(
