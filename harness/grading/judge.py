@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import load_case
 from harness.measure.compare import compare, flatten_tensors, named_tensors, snapshot, tolerance_of
-from harness.phases import Settings, fix_under_test, speed_config
+from harness.phases import RunSpec, fix_under_test, speed_config
 from harness.phases.common import abnormal, call, compiled_for, difference, record_of, tolerance_text
 from harness.process.isolate import run_isolated
 from harness.process.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
@@ -22,8 +22,9 @@ from harness.records import PhaseRecord
 from harness.statuses import Correct, Speed
 
 
-def correct(case: ModuleType, cfg: DictConfig, settings: Settings, phase: str = "correct") -> PhaseRecord:
-    ran = run_isolated(_run_submitted_in_child, cfg, settings.device, timeout_s=settings.timeout_s, confined=settings.limits)
+def correct(case: ModuleType, spec: RunSpec, phase: str = "correct") -> PhaseRecord:
+    cfg = spec.case_cfg
+    ran = run_isolated(_run_submitted_in_child, cfg, spec.device, timeout_s=spec.timeout_s, confined=spec.limits)
     if ran.status != "returned":
         return abnormal(phase, ran)
     sent, failure = ran.value
@@ -31,7 +32,7 @@ def correct(case: ModuleType, cfg: DictConfig, settings: Settings, phase: str = 
         return record_of(phase, Correct.RAISED, False, failure.headline, ran, {"raised_at": failure.where, "seed": cfg.seed})
     if isinstance(sent, str):
         return record_of(phase, Correct.WRONG_OUTPUT, False, sent, ran, {"seed": cfg.seed})
-    judged = run_isolated(_judge_in_child, cfg, settings.device, sent, timeout_s=settings.timeout_s)
+    judged = run_isolated(_judge_in_child, cfg, spec.device, sent, timeout_s=spec.timeout_s)
     if judged.status != "returned":
         return abnormal(phase, judged)
     status, message, figures = judged.value
@@ -149,7 +150,7 @@ def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().reshape(-1).contiguous().view(torch.uint8)
 
 
-def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, spec: RunSpec) -> PhaseRecord:
     """The timed calls' outputs the parent kept (harness/measure/clock.py), against the reference for the same
     inputs, computed in a clean child; a wrong one rejects the fix, whatever its speed."""
     kept = record.figures.pop("checked_outputs", None)
@@ -162,7 +163,7 @@ def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings
             return dataclasses.replace(record, figures=figures)
         also = record.phase.partition(":")[2]
         inputs = OmegaConf.select(cfg, f"speed.also.{also}.inputs") if also else None
-        judged = run_isolated(_judge_timed_in_child, cfg, settings.device, inputs, kept, settings.cpu_threads, timeout_s=settings.timeout_s)
+        judged = run_isolated(_judge_timed_in_child, cfg, spec.device, inputs, kept, spec.cpu_threads, timeout_s=spec.timeout_s)
         if judged.status != "returned":
             return abnormal(record.phase, judged)
         wrong, message = judged.value

@@ -68,9 +68,8 @@ def import_check(submitted: Submission, timeout_s: float) -> ChildResult:
     return _IMPORTED[submitted]
 
 
-def import_failure(cfg: DictConfig, timeout_s: float) -> ChildResult | None:
+def import_failure(submitted: Submission | None, timeout_s: float) -> ChildResult | None:
     """How importing the graded file went wrong (it crashed, hung, exited, killed or stopped its parent), or None."""
-    submitted = submission_of(cfg)
     if submitted is None:
         return None
     result = import_check(submitted, timeout_s)

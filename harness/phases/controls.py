@@ -6,10 +6,8 @@ from __future__ import annotations
 import dataclasses
 from types import ModuleType
 
-from omegaconf import DictConfig
-
 from harness import margins
-from harness.phases.common import MEMORY_FIX, SLOW_FIX, Settings, abnormal, difference, failure_holds, record_of, tolerance_text
+from harness.phases.common import MEMORY_FIX, SLOW_FIX, RunSpec, abnormal, difference, failure_holds, record_of, tolerance_text
 from harness.phases.correct import compare_in_child
 from harness.phases.memory import memory_budget, memory_judged
 from harness.phases.speed import budget_of, time_against
@@ -18,13 +16,14 @@ from harness.records import PhaseRecord
 from harness.statuses import BadFix, Memory, MemoryControl, SlowControl, Speed
 
 
-def slow_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+def slow_fix(name: str, case: ModuleType, spec: RunSpec) -> PhaseRecord:
     """A correct but slower fix must be flagged by the speed verdict: `flagged`, else `missed`."""
+    cfg = spec.case_cfg
     phase = f"{SLOW_FIX}{name}"
-    budget = budget_of(cfg.get("speed"), settings.device)
+    budget = budget_of(cfg.get("speed"), spec.device)
     if budget is None:
-        return PhaseRecord(phase, SlowControl.NO_BUDGET, True, f"no speed budget on {settings.device}: nothing to flag", {}, 0.0, "")
-    checked = run_isolated(compare_in_child, phase, cfg, settings.device, timeout_s=settings.timeout_s)
+        return PhaseRecord(phase, SlowControl.NO_BUDGET, True, f"no speed budget on {spec.device}: nothing to flag", {}, 0.0, "")
+    checked = run_isolated(compare_in_child, phase, cfg, spec.device, timeout_s=spec.timeout_s)
     if checked.status != "returned":
         return abnormal(phase, checked)
     figures, failure = checked.value
@@ -39,10 +38,10 @@ def slow_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -
             checked,
             figures,
         )
-    timed = time_against(phase, phase, budget, cfg, settings, clear_by=margins.SLOW)
+    timed = time_against(phase, phase, budget, cfg, spec, clear_by=margins.SLOW)
     if timed.status == Speed.OVER_BUDGET:
         status, message = SlowControl.FLAGGED, "correct, and flagged: " + timed.message
-    elif timed.status in (Speed.WITHIN_BUDGET, Speed.INCONCLUSIVE) and not failure_holds(case, cfg, settings.device):
+    elif timed.status in (Speed.WITHIN_BUDGET, Speed.INCONCLUSIVE) and not failure_holds(case, spec):
         status, message = (
             SlowControl.NOT_APPLICABLE,
             f"not flagged ({timed.status}) on a run where the case's failure does not occur ({ABSENT}): " + timed.message,
@@ -54,9 +53,10 @@ def slow_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -
     return PhaseRecord(phase, status, status.ok, message, timed.figures, timed.seconds + checked.seconds, timed.output_tail)
 
 
-def bad_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+def bad_fix(name: str, case: ModuleType, spec: RunSpec) -> PhaseRecord:
+    cfg = spec.case_cfg
     phase = f"bad_fix:{name}"
-    result = run_isolated(compare_in_child, name, cfg, settings.device, timeout_s=settings.timeout_s)
+    result = run_isolated(compare_in_child, name, cfg, spec.device, timeout_s=spec.timeout_s)
     if result.status == "signalled":
         return record_of(phase, BadFix.REJECTED, True, f"crashed: {result.summary}", result, {"how": "crashed"})
     if result.status != "returned":
@@ -70,7 +70,7 @@ def bad_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) ->
         )
     if figures.get("still_warns"):
         return record_of(phase, BadFix.REJECTED, True, f"still warns: {figures['still_warns']}", result, {"how": "warns", **figures})
-    if not failure_holds(case, cfg, settings.device):
+    if not failure_holds(case, spec):
         return record_of(
             phase,
             BadFix.NOT_WRONG_HERE,
@@ -84,15 +84,16 @@ def bad_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) ->
     )
 
 
-def memory_fix(name: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+def memory_fix(name: str, case: ModuleType, spec: RunSpec) -> PhaseRecord:
     """A memory control (a wrong fix that keeps every step's memory) must be flagged by the memory verdict."""
+    cfg = spec.case_cfg
     phase = f"{MEMORY_FIX}{name}"
-    if memory_budget(cfg, settings.device) is None:
-        return PhaseRecord(phase, MemoryControl.NO_BUDGET, True, f"no memory budget on {settings.device}: nothing to flag", {}, 0.0, "")
-    judged = memory_judged(phase, phase, case, cfg, settings)
+    if memory_budget(cfg, spec.device) is None:
+        return PhaseRecord(phase, MemoryControl.NO_BUDGET, True, f"no memory budget on {spec.device}: nothing to flag", {}, 0.0, "")
+    judged = memory_judged(phase, phase, case, cfg, spec)
     if judged.status == Memory.OVER_BUDGET:
         return dataclasses.replace(judged, status=MemoryControl.FLAGGED, ok=True, message="flagged: " + judged.message)
-    if judged.status in (Memory.WITHIN_BUDGET, Memory.INCONCLUSIVE) and not failure_holds(case, cfg, settings.device):
+    if judged.status in (Memory.WITHIN_BUDGET, Memory.INCONCLUSIVE) and not failure_holds(case, spec):
         return dataclasses.replace(
             judged,
             status=MemoryControl.NOT_APPLICABLE,

@@ -20,7 +20,7 @@ from harness.phases.common import (
     FIXED,
     SLOW_FIX,
     SPEED_CANDIDATE,
-    Settings,
+    RunSpec,
     abnormal,
     call,
     case_function,
@@ -38,8 +38,9 @@ from harness.statuses import Correct
 from harness.symptoms import Warns, symptom_on
 
 
-def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    result = run_isolated(_fix_in_child, cfg, settings.device, timeout_s=settings.timeout_s, confined=confinement(cfg, settings))
+def fix(case: ModuleType, spec: RunSpec) -> PhaseRecord:
+    cfg = spec.case_cfg
+    result = run_isolated(_fix_in_child, cfg, spec.device, timeout_s=spec.timeout_s, confined=confinement(spec))
     if result.status != "returned":
         return abnormal("fix", result)
     output, failure, sync_checked, compile_figures = result.value
@@ -101,8 +102,9 @@ def _sync_forbidden():
         torch.cuda.set_sync_debug_mode(previous)
 
 
-def correct(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    result = run_isolated(compare_in_child, FIXED, cfg, settings.device, timeout_s=settings.timeout_s)
+def correct(case: ModuleType, spec: RunSpec) -> PhaseRecord:
+    cfg = spec.case_cfg
+    result = run_isolated(compare_in_child, FIXED, cfg, spec.device, timeout_s=spec.timeout_s)
     if result.status != "returned":
         return abnormal("correct", result)
     figures, failure = result.value

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
 from harness.phases.buggy_run import BuggyRun, reproduce_in_child
-from harness.phases.common import BUGGY, Settings, abnormal, difference, record_of, tolerance_text
+from harness.phases.common import BUGGY, RunSpec, abnormal, difference, record_of, tolerance_text
 from harness.phases.memory import reproduce_growth
 from harness.phases.speed import time_against
 from harness.process.isolate import run_isolated
@@ -24,7 +24,7 @@ from harness.symptoms import Growth, Slow, Symptom, Warns, WrongResult, symptom_
 
 @dataclass(frozen=True)
 class Kind:
-    """How reproduce judges one kind of failure (harness/cases.py): `judge(symptom, case, cfg, settings, result)`;
+    """How reproduce judges one kind of failure (harness/cases.py): `judge(symptom, case, cfg, spec, result)`;
     `returns`: the buggy child is expected to return (its output and warnings are kept); `in_child`: buggy runs in a
     child of this phase first (a `Growth` is measured by the memory protocol instead)."""
 
@@ -33,28 +33,29 @@ class Kind:
     in_child: bool = True
 
 
-def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
+def reproduce(case: ModuleType, spec: RunSpec) -> PhaseRecord:
+    cfg = spec.case_cfg
+    symptom = symptom_on(case.symptoms[spec.device], torch.__version__)
     kind = next(KINDS[cls] for cls in type(symptom).__mro__ if cls in KINDS)
-    result = run_isolated(reproduce_in_child, cfg, settings.device, kind.returns, timeout_s=settings.timeout_s) if kind.in_child else None
-    return kind.judge(symptom, case, cfg, settings, result)
+    result = run_isolated(reproduce_in_child, cfg, spec.device, kind.returns, timeout_s=spec.timeout_s) if kind.in_child else None
+    return kind.judge(symptom, case, cfg, spec, result)
 
 
-def reproduce_raised(symptom: Symptom, case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
+def reproduce_raised(symptom: Symptom, case: ModuleType, cfg: DictConfig, spec: RunSpec, result: ChildResult) -> PhaseRecord:
     """A failure that raises (`Symptom`): the error, where, and what it printed, against the device's symptom."""
-    if compile_axis.mode_of(cfg) != "off":
-        return reproduce_compiled(case, cfg, settings, result)
+    if spec.compile != "off":
+        return reproduce_compiled(case, cfg, spec, result)
     if result.status != "returned":
         return abnormal("reproduce", result)
     seen = BuggyRun(**result.value)
     failure, context_after = seen.failure, seen.context_after
-    expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
+    expected = symptom.holds(torch.__version__, spec.compile)
     said = seen.said()
     if failure is None:
         if not expected:
             return record_of(
                 "reproduce",
-                symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)),
+                symptom.clean_status_under(torch.__version__, spec.compile),
                 True,
                 f"buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})",
                 result,
@@ -84,9 +85,7 @@ def reproduce_raised(symptom: Symptom, case: ModuleType, cfg: DictConfig, settin
     return record_of("reproduce", Reproduce.REPRODUCED, True, failure.headline, result, figures)
 
 
-def reproduce_silent(
-    symptom: WrongResult | Warns, case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult
-) -> PhaseRecord:
+def reproduce_silent(symptom: WrongResult | Warns, case: ModuleType, cfg: DictConfig, spec: RunSpec, result: ChildResult) -> PhaseRecord:
     """A failure that raises nothing, eager or compiled alike: `buggy`'s output against the reference (`WrongResult`:
     wrong_result when it differs beyond the tolerance), or the warning it issued (`Warns`: warned).
     Every warning the call issued is kept verbatim; an error is `wrong_failure`."""
@@ -94,7 +93,7 @@ def reproduce_silent(
         return abnormal("reproduce", result)
     seen = BuggyRun(**result.value)
     failure, compared, warned = seen.failure, seen.compared, seen.warned
-    expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
+    expected = symptom.holds(torch.__version__, spec.compile)
     figures: dict[str, Any] = {"warnings": warned, **seen.said(), **(compared or {})}
     if failure is not None:
         figures.update(error=failure.headline, raised_at=failure.where, traceback=failure.traceback)
@@ -109,16 +108,16 @@ def reproduce_silent(
     warning = next((line for line in warned if re.search(symptom.warning, line)), None) if symptom.warning else None
     figures["warning"] = warning
     if isinstance(symptom, Warns):
-        return _judge_warned(symptom, cfg, result, figures, warning, expected)
-    return _judge_wrong_result(symptom, cfg, result, figures, warning, expected, compared)
+        return _judge_warned(symptom, spec, result, figures, warning, expected)
+    return _judge_wrong_result(symptom, spec, result, figures, warning, expected, compared)
 
 
-def _judge_warned(symptom: Warns, cfg: DictConfig, result: ChildResult, figures: dict, warning: str | None, expected: bool) -> PhaseRecord:
+def _judge_warned(symptom: Warns, spec: RunSpec, result: ChildResult, figures: dict, warning: str | None, expected: bool) -> PhaseRecord:
     if warning is not None:
         return record_of("reproduce", Reproduce.WARNED, expected, warning, result, figures)
     return record_of(
         "reproduce",
-        symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)) if not expected else Reproduce.NOT_REPRODUCED,
+        symptom.clean_status_under(torch.__version__, spec.compile) if not expected else Reproduce.NOT_REPRODUCED,
         not expected,
         f"buggy ran without the warning /{symptom.warning}/ on torch {torch.__version__}",
         result,
@@ -127,7 +126,7 @@ def _judge_warned(symptom: Warns, cfg: DictConfig, result: ChildResult, figures:
 
 
 def _judge_wrong_result(
-    symptom: WrongResult, cfg: DictConfig, result: ChildResult, figures: dict, warning: str | None, expected: bool, compared: dict
+    symptom: WrongResult, spec: RunSpec, result: ChildResult, figures: dict, warning: str | None, expected: bool, compared: dict
 ) -> PhaseRecord:
     wrong = not compared["match"]
     if wrong and (symptom.warning is None or warning is not None):
@@ -145,7 +144,7 @@ def _judge_wrong_result(
     if not expected:
         return record_of(
             "reproduce",
-            symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)),
+            symptom.clean_status_under(torch.__version__, spec.compile),
             True,
             f"buggy returned the reference's output, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})",
             result,
@@ -155,13 +154,13 @@ def _judge_wrong_result(
         "reproduce",
         Reproduce.NOT_REPRODUCED,
         False,
-        f"buggy returned the reference's output {tolerance_text(cfg)} on torch {torch.__version__}",
+        f"buggy returned the reference's output {tolerance_text(spec.case_cfg)} on torch {torch.__version__}",
         result,
         figures,
     )
 
 
-def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
+def reproduce_compiled(case: ModuleType, cfg: DictConfig, spec: RunSpec, result: ChildResult) -> PhaseRecord:
     """The buggy code compiled: how it failed, which may not be how it fails eager.
 
     raised          it raised: `same_as_eager` says whether it is the device's eager symptom
@@ -172,9 +171,9 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
     fixed_upstream  it ran clean on a torch the case records as having made the code valid
     not_reproduced  it returned the reference's output on a torch where the bug is expected
     """
-    mode = compile_axis.mode_of(cfg)
-    symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
-    expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
+    mode = spec.compile
+    symptom = symptom_on(case.symptoms[spec.device], torch.__version__)
+    expected = symptom.holds(torch.__version__, spec.compile)
     if result.status == "signalled":
         native = compile_axis.native_message(result.output)
         figures = {"signal": result.signal, "native_message": native, "same_as_eager": False}
@@ -188,7 +187,7 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
         if not expected:
             return record_of(
                 "reproduce",
-                symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)),
+                symptom.clean_status_under(torch.__version__, spec.compile),
                 True,
                 f"compiled buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})",
                 result,
@@ -220,21 +219,21 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
     return record_of("reproduce", Reproduce.RAISED, expected, failure.headline + eager, result, figures)
 
 
-def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
+def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, spec: RunSpec, result: ChildResult) -> PhaseRecord:
     """A failure that is time (`Slow`): `buggy` must return the reference's output (else wrong_failure); then it is
     timed against the symptom's baseline by the speed phase's protocol (harness/phases/speed.py) on the speed inputs:
     `slow` when the ratio's interval lies above `at_least`, with the lines torch logged and the graphs it compiled."""
     if result.status != "returned":
         return abnormal("reproduce", result)
     seen = BuggyRun(**result.value)
-    expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
+    expected = symptom.holds(torch.__version__, spec.compile)
     figures: dict[str, Any] = {**seen.said(), **(seen.compared or {}), "at_least": symptom.at_least, "baseline_function": symptom.baseline}
     wrong = _not_right(seen, result, figures)
     if wrong is not None:
         return wrong
     said = [line for line in seen.logged + seen.warned if symptom.log and re.search(symptom.log, line)]
     figures["log_line"] = said[0] if said else None
-    timed = time_against("reproduce", BUGGY, symptom.at_least, cfg, settings, baseline=symptom.baseline)
+    timed = time_against("reproduce", BUGGY, symptom.at_least, cfg, spec, baseline=symptom.baseline)
     figures.update(timed.figures)
     seconds = round(result.seconds + timed.seconds, 4)
     explained = (
@@ -256,7 +255,7 @@ def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, settings: S
         message = f"correct and slow: buggy against `{symptom.baseline}` {timed.message.replace('over budget', 'over')}{explained}"
         return PhaseRecord("reproduce", Reproduce.SLOW, expected, message, figures, seconds, result.output)
     if timed.status == Speed.WITHIN_BUDGET:
-        return _not_slow(symptom, cfg, timed, expected, figures, seconds, result.output)
+        return _not_slow(symptom, spec, timed, expected, figures, seconds, result.output)
     if timed.status == Speed.INCONCLUSIVE:
         return PhaseRecord(
             "reproduce",
@@ -295,7 +294,7 @@ def _not_right(seen: BuggyRun, result: ChildResult, figures: dict[str, Any]) -> 
 
 
 def _not_slow(
-    symptom: Slow, cfg: DictConfig, timed: PhaseRecord, expected: bool, figures: dict[str, Any], seconds: float, output: str
+    symptom: Slow, spec: RunSpec, timed: PhaseRecord, expected: bool, figures: dict[str, Any], seconds: float, output: str
 ) -> PhaseRecord:
     if expected:
         return PhaseRecord(
@@ -307,7 +306,7 @@ def _not_slow(
             seconds,
             output,
         )
-    status = symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg))
+    status = symptom.clean_status_under(torch.__version__, spec.compile)
     return PhaseRecord(
         "reproduce",
         status,
@@ -330,8 +329,8 @@ def _modes_text(symptom: Any) -> str:
     return "" if getattr(symptom, "modes", None) is None else f", under compile={'/'.join(symptom.modes)}"
 
 
-def _reproduce_growth(symptom: Growth, case: ModuleType, cfg: DictConfig, settings: Settings, result: None) -> PhaseRecord:
-    return reproduce_growth(case, cfg, settings)
+def _reproduce_growth(symptom: Growth, case: ModuleType, cfg: DictConfig, spec: RunSpec, result: None) -> PhaseRecord:
+    return reproduce_growth(case, cfg, spec)
 
 
 # One entry a kind of failure (harness/symptoms.py): a new kind adds its class there, its judge here.
