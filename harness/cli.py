@@ -30,7 +30,6 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.markup import escape
 
-from harness import compiled as compile_axis
 from harness import sweep
 from harness.cases import ROOT, case_names, load_case
 from harness.grading import grade
@@ -41,12 +40,14 @@ from harness.run import (
     DeviceUnavailable,
     JobCut,
     cut_by_signals,
+    make_spec,
     probe_environment,
     resolve_device,
-    run_case,
+    run_spec,
     submitted_fix,
     validate,
 )
+from harness.spec import RunSpec
 from harness.sweep import EXIT_CHECK_FAILED, EXIT_OK, read_token, report_sweep, write_status
 
 EXIT_USAGE, EXIT_NO_DEVICE = 2, 3
@@ -63,10 +64,9 @@ def _hydra_main(cfg: DictConfig) -> None:
     _run_job(cfg)
 
 
-def _platform(device: str, cfg: DictConfig) -> str:
+def _platform(spec: RunSpec) -> str:
     """'cpu', or 'cpu, inductor' where the phases run compiled."""
-    mode = compile_axis.mode_of(cfg)
-    return device if mode == "off" else f"{device}, {mode}"
+    return spec.device if spec.compile == "off" else f"{spec.device}, {spec.compile}"
 
 
 def _run_job(cfg: DictConfig) -> None:
@@ -132,13 +132,12 @@ def _run(cfg: DictConfig, output_dir: Path, console: Console | None = None) -> _
         with cut_by_signals():
             if _environment is None:  # probed once per process: a multirun reuses it
                 _environment = probe_environment()
-            device = resolve_device(cfg.device, _environment)
-            record, path = run_case(
-                cfg,
-                device,
+            spec = make_spec(cfg, resolve_device(cfg.device, _environment))  # validated above, once
+            record, path = run_spec(
+                spec,
                 output_dir,
                 _environment,
-                on_phase=lambda phase, phase_record: print_progress(console, cfg.case.name, _platform(device, cfg), phase, phase_record),
+                on_phase=lambda phase, phase_record: print_progress(console, spec.case, _platform(spec), phase, phase_record),
             )
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from harness.recordset import Record
+from harness.statuses import BadFix, SlowControl
 
 SLOW = 1.3
 MEMORY = 2.0
@@ -25,7 +26,8 @@ BAD_FIX = 10.0
 Kind = Literal["slow", "memory", "bad_fix"]
 Standing = Literal["held", "thin", "missed", "unmeasured", "exempt"]
 PREFIXES: dict[str, Kind] = {"slow_fix:": "slow", "memory_fix:": "memory", "bad_fix:": "bad_fix"}
-EXEMPT_STATUSES = {"no_budget", "not_applicable", "not_wrong_here"}
+CAUGHT = (SlowControl.FLAGGED, BadFix.REJECTED)  # a control caught: MemoryControl.FLAGGED is the same string
+EXEMPT_STATUSES = {SlowControl.NO_BUDGET, SlowControl.NOT_APPLICABLE, BadFix.NOT_WRONG_HERE}
 NEEDED: dict[Kind, float] = {"slow": SLOW, "memory": MEMORY, "bad_fix": BAD_FIX}
 
 
@@ -46,7 +48,7 @@ class Margin:
         status = self.record.statuses[self.phase]
         if status in EXEMPT_STATUSES:
             return "exempt"
-        if status not in ("flagged", "rejected"):
+        if status not in CAUGHT:
             return "missed"
         if self.margin is None:
             return "unmeasured"
@@ -70,7 +72,7 @@ def margins(records: list[Record]) -> list[Margin]:
             if kind is None:
                 continue
             figures = record.figures.get(phase, {})
-            if status not in ("flagged", "rejected"):  # exempt, or missed: no margin to measure
+            if status not in CAUGHT:  # exempt, or missed: no margin to measure
                 found.append(Margin(record, phase, kind, None, record.messages[phase][:160]))
                 continue
             margin, how = {"slow": _slow, "memory": _memory, "bad_fix": _bad_fix}[kind](figures, record.messages[phase])
@@ -105,7 +107,7 @@ def _memory(figures: dict[str, Any], message: str) -> tuple[float | None, str]:
 
 def _bad_fix(figures: dict[str, Any], message: str) -> tuple[float | None, str]:
     how = figures.get("how")
-    if how in ("raised", "crashed"):
+    if how in ("raised", "crashed"):  # a bad fix's figures["how"] (harness/phases/controls.py)
         return math.inf, message[:120]
     if figures.get("reason"):
         return math.inf, f"differs in structure: {figures['reason'][:120]}"

@@ -29,10 +29,11 @@ from packaging.version import Version
 from harness import margins as control_margins
 from harness.record_changes import SPEED_THRESHOLD, behaviour, behaviour_key, changes, ratio_text
 from harness.recordset import Record, RecordFormatError, load_records
+from harness.statuses import BadFix, Correct, Memory, SlowControl, Speed
 
 EXPECTATIONS = Path(__file__).resolve().parent.parent / "expectations.yaml"
 EVERY_BAD_FIX = "bad_fix:*"  # an expectation key ending in ":*" covers every phase with that prefix (bad_fix:*, slow_fix:*)
-UNDECIDED = "inconclusive"  # a speed verdict whose interval straddles the budget: never a pass, listed apart
+UNDECIDED = Speed.INCONCLUSIVE  # a speed verdict whose interval straddles the budget: never a pass, listed apart
 ENTRY_KEYS = ("torch", "devices", "compile", "why", "established")  # the rest of an entry's keys are phases
 DOC_HEADER = """# The regression matrix
 
@@ -168,18 +169,20 @@ def _cell(record: Record | None) -> str:
     if "ratio" in speed:
         interval = f" [{speed['ratio_low']:.2f}, {speed['ratio_high']:.2f}]" if speed.get("ratio_high") is not None else ""
         parts.append(f"{speed['ratio']:.2f}x{interval}")
-    slow = [status for phase, status in record.statuses.items() if phase.startswith("slow_fix:") and status != "no_budget"]
+    slow = [status for phase, status in record.statuses.items() if phase.startswith("slow_fix:") and status != SlowControl.NO_BUDGET]
     if slow:
-        parts.append(f"{slow.count('flagged')}/{len(slow)} slow fixes flagged")
+        parts.append(f"{slow.count(SlowControl.FLAGGED)}/{len(slow)} slow fixes flagged")
     bad = [status for phase, status in record.statuses.items() if phase.startswith("bad_fix:")]
     if bad:
-        parts.append(f"{bad.count('rejected')}/{len(bad)} bad fixes rejected")
-    others = [f"**{phase}: {status}**" for phase, status in record.statuses.items() if phase in ("fix", "correct") and status != "passed"]
-    if record.statuses.get("speed") == "over_budget":
+        parts.append(f"{bad.count(BadFix.REJECTED)}/{len(bad)} bad fixes rejected")
+    others = [
+        f"**{phase}: {status}**" for phase, status in record.statuses.items() if phase in ("fix", "correct") and status != Correct.PASSED
+    ]
+    if record.statuses.get("speed") == Speed.OVER_BUDGET:
         others.append("**over budget**")
     if record.statuses.get("speed") == UNDECIDED:
         others.append("_inconclusive_")
-    if record.statuses.get("memory") in ("over_budget", UNDECIDED):
+    if record.statuses.get("memory") in (Memory.OVER_BUDGET, Memory.INCONCLUSIVE):
         others.append(f"**memory {record.statuses['memory'].replace('_', ' ')}**")
     return ", ".join(parts + others)
 

@@ -24,12 +24,15 @@ UPSTREAM_PACKAGES = ("torch", "snac", "speechbrain", "torchaudio", "mmsegmentati
 @dataclass
 class PhaseRecord:
     phase: str
-    status: str  # e.g. "reproduced", "passed", "wrong_failure", "crashed", "timeout"; see harness.phases
+    status: str  # a member of its phase's family in harness/statuses.py, kept as its plain string (as JSON reads it back)
     ok: bool  # the status is the one this phase expects
     message: str
     figures: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     output_tail: str = ""  # what the isolated child printed (CUDA device assertions, faulthandler stacks)
+
+    def __post_init__(self) -> None:
+        self.status = str(self.status)  # a StrEnum member's value: every writer sees the string the records hold
 
 
 @dataclass

@@ -14,6 +14,7 @@ from rich.table import Table
 from harness.cases import case_text, load_case
 from harness.matrix import UNDECIDED  # ok, but not a pass: shown in yellow and counted apart
 from harness.records import CaseRecord, PhaseRecord
+from harness.statuses import BadFix, SlowControl, Speed
 
 MAX_DETAIL_CHARS = 160
 
@@ -40,7 +41,7 @@ def speed_cell(record: PhaseRecord | None) -> str:
     cell = f"{figures['ratio']:.2f}x"
     if figures.get("ratio_high") is not None:
         cell += f" [{figures['ratio_low']:.2f}, {figures['ratio_high']:.2f}]"
-    return cell if record.status in ("within_budget", "measured") else f"{cell} {_status(record)}"
+    return cell if record.status in (Speed.WITHIN_BUDGET, Speed.MEASURED) else f"{cell} {_status(record)}"
 
 
 def print_progress(console: Console, case: str, device: str, phase: str, record: PhaseRecord | None) -> None:
@@ -112,7 +113,7 @@ def memory_cell(memory: Any, controls: list) -> str:
     """The memory phase's status, and how many memory controls it flagged."""
     if memory is None:
         return "-"
-    flagged = f", {sum(p.status == 'flagged' for p in controls)}/{len(controls)} flagged" if controls else ""
+    flagged = f", {sum(p.status == SlowControl.FLAGGED for p in controls)}/{len(controls)} flagged" if controls else ""
     return memory.status.replace("_", " ") + flagged
 
 
@@ -159,16 +160,16 @@ def _cells(record, note: str | None) -> list[str]:
     """A finished job's cells, from "ok" on."""
     by_phase = {phase.phase: phase for phase in record.phases}
     bad_fixes = [phase for phase in record.phases if phase.phase.startswith("bad_fix:")]
-    slow_fixes = [phase for phase in record.phases if phase.phase.startswith("slow_fix:") and phase.status != "no_budget"]
+    slow_fixes = [phase for phase in record.phases if phase.phase.startswith("slow_fix:") and phase.status != SlowControl.NO_BUDGET]
     return [
         "[green]yes[/green]" if record.ok and not note else "[red]cut[/red]" if _is_cut(note) else "[red]NO[/red]",
         *(by_phase[name].status if name in by_phase else "-" for name in ("reproduce", "fix", "correct")),
         speed_cell(by_phase.get("speed")),
-        f"{sum(p.status == 'flagged' for p in slow_fixes)}/{len(slow_fixes)} flagged" if slow_fixes else "-",
-        f"{sum(p.status == 'rejected' for p in bad_fixes)}/{len(bad_fixes)} rejected" if bad_fixes else "-",
+        f"{sum(p.status == SlowControl.FLAGGED for p in slow_fixes)}/{len(slow_fixes)} flagged" if slow_fixes else "-",
+        f"{sum(p.status == BadFix.REJECTED for p in bad_fixes)}/{len(bad_fixes)} rejected" if bad_fixes else "-",
         memory_cell(
             by_phase.get("memory"),
-            [phase for phase in record.phases if phase.phase.startswith("memory_fix:") and phase.status != "no_budget"],
+            [phase for phase in record.phases if phase.phase.startswith("memory_fix:") and phase.status != SlowControl.NO_BUDGET],
         ),
     ]
 

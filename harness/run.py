@@ -1,4 +1,5 @@
-"""Run one case on one device: validate the config, run the phases, keep the record on disk."""
+"""Run one case on one device: validate the config, make the run's `RunSpec` from it once (harness/spec.py), run the
+phases on that spec, keep the record on disk."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,11 +22,13 @@ from harness import compiled as compile_axis
 from harness.cases import case_names, case_text, contract_problems, fork_server_modules, load_case
 from harness.grading import grade
 from harness.measure.footprint import MemorySettings
-from harness.phases import PHASES, Settings, SpeedSettings, run_phase
+from harness.phases import PHASES, SpeedSettings, run_phase
 from harness.process.confine import Limits
 from harness.process.fork_server import preload
 from harness.process.isolate import run_isolated
 from harness.records import CaseRecord, PhaseRecord, host_environment, now, probe_device, write_record
+from harness.spec import RunSpec
+from harness.statuses import Run
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 PROBE_TIMEOUT_S = 120.0
@@ -197,11 +200,10 @@ def record_name(case: str, device: str, mode: str) -> str:
 
 @dataclass(frozen=True)
 class Plan:
-    """What a run's axes make of a case: the config its children get, the phases to run, and what runs each."""
+    """What a run's axes make of a case: the config its children get, and the phases to run."""
 
     case_cfg: Any
     phases: tuple[str, ...]
-    run_phase: Callable[..., Iterator[PhaseRecord]]
 
 
 def compile_transform(plan: Plan, cfg: DictConfig, device: str, submitted: grade.Submission | None) -> Plan:
@@ -215,7 +217,7 @@ def grading_transform(plan: Plan, cfg: DictConfig, device: str, submitted: grade
     if submitted is None:
         return plan
     graded = grade.graded_config(plan.case_cfg, submitted)
-    return Plan(graded, tuple(grade.phases_of_a_grade(list(plan.phases), graded, device)), grade.run_phase)
+    return Plan(graded, tuple(grade.phases_of_a_grade(list(plan.phases), graded, device)))
 
 
 def device_transform(plan: Plan, cfg: DictConfig, device: str, submitted: grade.Submission | None) -> Plan:
@@ -228,7 +230,7 @@ AXES = (compile_transform, grading_transform, device_transform)  # applied in th
 
 def plan_run(cfg: DictConfig, device: str, submitted: grade.Submission | None) -> Plan:
     """The case as this run's axes leave it: one pass over `AXES`, one transform per axis; nothing goes back."""
-    plan = Plan(cfg.case, tuple(cfg.phases), run_phase)
+    plan = Plan(cfg.case, tuple(cfg.phases))
     for transform in AXES:
         plan = transform(plan, cfg, device, submitted)
     return plan
@@ -248,6 +250,27 @@ def on_device(case_cfg: Any, device: str) -> Any:
     return merged
 
 
+def make_spec(cfg: DictConfig, device: str) -> RunSpec:
+    """The run, typed, made once where it starts from a config `validate` passed: the phases read its fields (the
+    compile mode, the submission, the device, the settings), and the case config the run's axes leave (`plan_run`)."""
+    submitted = submitted_fix(cfg)
+    plan = plan_run(cfg, device, submitted)
+    return RunSpec(
+        case=str(cfg.case.name),
+        device=device,
+        timeout_s=float(cfg.timeout_s),
+        case_cfg=plan.case_cfg,
+        compile=compile_axis.mode_of(cfg),
+        submission=submitted,
+        phases=plan.phases,
+        speed=speed_settings(cfg),
+        cpu_threads=int(cfg.speed.cpu_threads),
+        limits=Limits(gpu=device == "cuda"),
+        memory=memory_settings(cfg),
+        config=OmegaConf.to_container(cfg, resolve=True),
+    )
+
+
 def run_case(
     cfg: DictConfig,
     device: str,
@@ -255,31 +278,39 @@ def run_case(
     environment: dict[str, Any],
     on_phase: Callable[[str, PhaseRecord | None], None] = lambda phase, record: None,
 ) -> tuple[CaseRecord, Path]:
-    """Run the configured phases; the record on disk is rewritten after each one.
+    """Validate the config, make its spec and run it (`run_spec`)."""
+    validate(cfg)
+    return run_spec(make_spec(cfg, device), output_dir, environment, on_phase)
+
+
+def run_spec(
+    spec: RunSpec,
+    output_dir: Path,
+    environment: dict[str, Any],
+    on_phase: Callable[[str, PhaseRecord | None], None] = lambda phase, record: None,
+) -> tuple[CaseRecord, Path]:
+    """Run the spec's phases; the record on disk is rewritten after each one.
 
     `on_phase(phase, None)` is called as a phase starts, `on_phase(phase, record)` as each record lands.
     """
-    validate(cfg)
     preload_cases()
-    case = load_case(cfg.case.name)
-    submitted = submitted_fix(cfg)
-    mode = compile_axis.mode_of(cfg)
-    plan = plan_run(cfg, device, submitted)
+    case = load_case(spec.case)
     # The submission's kernels, shared by its children alone: it may compile where compile=off too (a case that
     # compiles itself, a fix that calls torch.compile), and each child compiling cold cost recompile_limit 30 s.
-    kernels = tempfile.mkdtemp(prefix="harness-grade-kernels-") if submitted is not None else None
-    settings = _settings(cfg, device, kernels)
-    record = _new_record(cfg, case, device, environment, submitted)
-    path = output_dir / record_name(cfg.case.name, device, mode)
+    kernels = tempfile.mkdtemp(prefix="harness-grade-kernels-") if spec.graded else None
+    spec = dataclasses.replace(spec, limits=dataclasses.replace(spec.limits, kernels=kernels))
+    record = _new_record(spec, case, environment)
+    path = output_dir / record_name(spec.case, spec.device, spec.compile)
     write_record(record, path)
-    sources = grade.project_sources() if submitted is not None else {}
+    sources = grade.project_sources() if spec.graded else {}
     phase, started, appended = None, time.monotonic(), 0.0
+    run = grade.run_phase if spec.graded else run_phase  # the grading axis: the graded checks around fix, correct, speed
     try:
-        for phase in plan.phases:
+        for phase in spec.phases:
             on_phase(phase, None)
             started = time.monotonic()
-            skipped = grade.not_timed(phase, record.phases) if submitted is not None else None
-            for phase_record in [skipped] if skipped else plan.run_phase(phase, case, plan.case_cfg, settings):
+            skipped = grade.not_timed(phase, record.phases) if spec.graded else None
+            for phase_record in [skipped] if skipped else run(phase, case, spec):
                 record.phases.append(phase_record)
                 appended = time.monotonic()
                 write_record(record, path)
@@ -293,38 +324,25 @@ def run_case(
     finally:
         if kernels is not None:
             shutil.rmtree(kernels, ignore_errors=True)
-        if submitted is not None:  # the sources are checked, and restored, even when grading stopped half-way
+        if spec.graded:  # the sources are checked, and restored, even when grading stopped half-way
             _check_integrity(sources, record, path, on_phase)
     record.finished_at = now()
-    if submitted is not None:
+    if spec.graded:
         record.verdict = grade.verdict(record).line
     write_record(record, path)
     return record, path
 
 
-def _settings(cfg: DictConfig, device: str, kernels: str | None) -> Settings:
-    return Settings(
-        device=device,
-        timeout_s=float(cfg.timeout_s),
-        speed=speed_settings(cfg),
-        cpu_threads=int(cfg.speed.cpu_threads),
-        limits=Limits(kernels=kernels, gpu=device == "cuda"),
-        memory=memory_settings(cfg),
-    )
-
-
-def _new_record(
-    cfg: DictConfig, case: ModuleType, device: str, environment: dict[str, Any], submitted: grade.Submission | None
-) -> CaseRecord:
+def _new_record(spec: RunSpec, case: ModuleType, environment: dict[str, Any]) -> CaseRecord:
     return CaseRecord(
-        case=cfg.case.name,
+        case=spec.case,
         title=case_text(case).title,
-        device=device,
-        compile=compile_axis.mode_of(cfg),
+        device=spec.device,
+        compile=spec.compile,
         started_at=now(),
         environment=environment,
-        config=OmegaConf.to_container(cfg, resolve=True),
-        graded_fix=submitted,
+        config=spec.config,
+        graded_fix=spec.submission,
     )
 
 
@@ -345,7 +363,7 @@ def _record_cut(record: CaseRecord, phase: str | None, cut: JobCut, started: flo
     record.phases.append(
         PhaseRecord(
             phase=str(phase or "setup"),
-            status="cut",
+            status=Run.CUT,
             ok=False,
             message=f"the job was {cut} {cut.at - started:.1f} s into this phase; the phases before it are complete",
             figures={"signal": cut.signal},

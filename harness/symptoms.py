@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from harness.statuses import Reproduce
+
 if TYPE_CHECKING:  # an annotation only: the case contract does not depend on the process layer
     from harness.process.outcome import Failure
 
@@ -51,12 +53,12 @@ class _Ranged:
         """The reproduce status of a clean run outside the range: `clean_before` the failure appears, `fixed_upstream` after."""
         from torch.torch_version import TorchVersion
 
-        return "clean_before" if self.appears_in and TorchVersion(torch_version) < self.appears_in else "fixed_upstream"
+        return Reproduce.CLEAN_BEFORE if self.appears_in and TorchVersion(torch_version) < self.appears_in else Reproduce.FIXED_UPSTREAM
 
     def clean_status_under(self, torch_version: str, mode: str) -> str:
         """As `clean_status`, or `clean_compiled` where the torch version holds the failure and the compile mode does not."""
         return (
-            "clean_compiled"
+            Reproduce.CLEAN_COMPILED
             if self.expected_on(torch_version) and not self.holds(torch_version, mode)
             else self.clean_status(torch_version)
         )

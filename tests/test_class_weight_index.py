@@ -265,8 +265,8 @@ def test_fixed_speed_against_upstream_on_valid_labels(benchmark):
 @requires_cuda
 @pytest.mark.cuda
 def test_on_cuda_the_lookup_fires_a_device_side_assert():
-    from harness.phases import Settings, reproduce
+    from harness.phases import RunSpec, reproduce
 
     cfg = OmegaConf.load(CASE_CONFIG_DIR / "class_weight_index.yaml")
-    record = reproduce(case, cfg, Settings(device="cuda", timeout_s=300))
+    record = reproduce(case, RunSpec(case="class_weight_index", device="cuda", timeout_s=300, case_cfg=cfg))
     assert (record.status, record.ok) == ("reproduced", True), record.message

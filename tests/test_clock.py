@@ -8,6 +8,8 @@ import pytest
 from harness.measure.anomaly import anomaly, clock_figures
 from harness.measure.clock import BlockTiming, TimedProcess, drive
 from harness.measure.timing import PairedSamples
+from harness.process.submitted import Submission
+from harness.spec import RunSpec
 
 
 def process(candidate=(0.1,) * 6, baseline=(0.1,) * 6, child_share=0.99, cpu_share=0.99, outside=0.0):
@@ -156,7 +158,7 @@ def test_a_graded_timing_that_ends_early_leaves_no_folder_of_checked_outputs(tmp
         return str(folders[-1])
 
     monkeypatch.setattr(tempfile, "mkdtemp", lambda prefix: folder(prefix))
-    monkeypatch.setattr(speed, "submission_of", lambda cfg: object())
+    graded = RunSpec(case="embedding_oob", device="cpu", timeout_s=1.0, submission=Submission("/nowhere.py", "fix", "0" * 64))
     ended = [RuntimeError("the timing child crashed"), speed.PhaseRecord("speed", "crashed", False, "", {}, 0.0, "")]
 
     def ends_early(*args):
@@ -167,8 +169,8 @@ def test_a_graded_timing_that_ends_early_leaves_no_folder_of_checked_outputs(tmp
 
     monkeypatch.setattr(speed, "_time_against", ends_early)
     with pytest.raises(RuntimeError):
-        speed.time_against("speed", speed.SPEED_CANDIDATE, 1.5, None, None)
-    assert speed.time_against("speed", speed.SPEED_CANDIDATE, 1.5, None, None).status == "crashed"
+        speed.time_against("speed", speed.SPEED_CANDIDATE, 1.5, None, graded)
+    assert speed.time_against("speed", speed.SPEED_CANDIDATE, 1.5, None, graded).status == "crashed"
     assert len(folders) == 2 and not any(path.exists() for path in folders)
 
 

@@ -189,8 +189,8 @@ def _input_bytes(cfg: DictConfig, device: str) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def input_bytes(case: ModuleType, cfg: DictConfig, settings) -> "PhaseRecord":
-    result = run_isolated(_input_bytes, cfg, settings.device, timeout_s=settings.timeout_s)
+def input_bytes(case: ModuleType, spec) -> "PhaseRecord":
+    result = run_isolated(_input_bytes, spec.case_cfg, spec.device, timeout_s=spec.timeout_s)
     if result.status != "returned":
         return abnormal("input_bytes", result)
     return record_of("input_bytes", "measured", True, f"{result.value} bytes", result, {"bytes": result.value})

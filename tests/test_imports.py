@@ -84,6 +84,7 @@ LAYERS = (  # lowest first: a module imports only modules of its own layer or of
         (
             "harness",
             "harness.compiled",
+            "harness.statuses",
             "harness.recordset",
             "harness.margins",
             "harness.triage",
@@ -94,7 +95,7 @@ LAYERS = (  # lowest first: a module imports only modules of its own layer or of
     ("case contract", ("harness.cases", "harness.symptoms")),
     ("process", ("harness.process",)),
     ("measurement", ("harness.measure",)),
-    ("records", ("harness.records",)),
+    ("records", ("harness.records", "harness.spec")),
     ("phases", ("harness.phases",)),
     ("grading", ("harness.grading",)),
     (

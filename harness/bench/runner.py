@@ -38,6 +38,9 @@ INTERRUPTIONS = 2  # runs killed while grading one file, after which it is not g
 CPUS_PER_GRADE = 2  # a grade's timing child runs single-threaded beside the parent that reads its clock and CPU time
 GRADE_WALL_S = 3600.0  # the grader's own per-phase timeouts (timeout_s) end a hang well before this
 GRADER = ("-m", "harness")  # what grades one file: `python -m harness case=<case> fix=<file>:fix ...`
+# A grade's checks (memory only where the case sets a budget). Whether the failure reproduces on this torch is the
+# matrix's question, not each submission's: run again per grade it cost recompile_limit a compiled timing.
+GRADED_PHASES = ("fix", "correct", "speed", "memory")
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE, EXIT_NO_DEVICE = 0, 1, 2, 3
 
 # Each grade's process sets these before it becomes `python -m harness`: it dies with the bench (PR_SET_PDEATHSIG),
@@ -61,7 +64,7 @@ class Settings:
     wall_s: float = GRADE_WALL_S  # per grade, the bench's bound on a grader that does not end
 
     def overrides(self) -> list[str]:
-        return [f"device={self.device}", f"compile={self.compile}", f"timeout_s={self.timeout_s:g}"]
+        return [f"device={self.device}", f"compile={self.compile}", f"timeout_s={self.timeout_s:g}", f"phases=[{','.join(GRADED_PHASES)}]"]
 
 
 def discover(fixes: Path, cases: list[str], out: Path) -> tuple[dict[str, list[Path]], list[Path]]:

@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from harness.bench.run_folder import CaseResult
+from harness.statuses import Speed
 
 GRADED = ("accepted", "rejected")
 
@@ -23,7 +24,7 @@ def summary(results: dict[str, CaseResult]) -> dict[str, Any]:
     tasks = len(results)
     attempted = [r for r in results.values() if r.status != "not_attempted"]
     accepted = [r for r in results.values() if r.status == "accepted"]
-    fast = [r for r in accepted if r.speed and r.speed["status"] == "within_budget"]
+    fast = [r for r in accepted if r.speed and r.speed["status"] == Speed.WITHIN_BUDGET]
     ratios = [r.speed["ratio"] for r in accepted if r.speed and r.speed.get("ratio")]
     counts: dict[str, int] = {}
     for result in results.values():

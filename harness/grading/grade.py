@@ -63,10 +63,11 @@ from harness.grading.judge import check_timed_outputs, correct, judge
 from harness.grading.submission import _not_imported, graded_config, import_failure, submission
 from harness.grading.verdict import _flag_implausibly_fast, _name_the_slow_symptom, _name_the_symptom, verdict
 from harness.measure.compare import snapshot
-from harness.phases import CASE_CONTROLS, Settings, memory_budget
+from harness.phases import CASE_CONTROLS, RunSpec, memory_budget
 from harness.phases import run_phase as run_case_phase
 from harness.process.submitted import Submission, file_sha256
 from harness.records import PhaseRecord
+from harness.statuses import Memory, Run
 
 __all__ = [  # the grade's entry points, for run.py, the bench and the tests: the checks live in the modules beside this one
     "EXERCISE_FUNCTION",
@@ -114,26 +115,31 @@ def not_timed(phase: str, earlier: list[PhaseRecord]) -> PhaseRecord | None:
     if phase not in TIMED or wrong is None:
         return None
     return PhaseRecord(
-        phase, "not_timed", False, f"not measured: the fix is wrong ({wrong.phase}: {wrong.status}), and a grade measures only a right one"
+        phase,
+        Run.NOT_TIMED,
+        False,
+        f"not measured: the fix is wrong ({wrong.phase}: {wrong.status}), and a grade measures only a right one",
     )
 
 
-def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
+def run_phase(phase: str, case: ModuleType, spec: RunSpec) -> Iterator[PhaseRecord]:
     """As `harness.phases.run_phase`, with the graded checks in place of `correct` and around fix and speed."""
-    failed = import_failure(cfg, settings.timeout_s) if phase in ("fix", "correct", "speed") else None
+    cfg = spec.case_cfg
+    failed = import_failure(spec.submission, spec.timeout_s) if phase in ("fix", "correct", "speed") else None
     if failed is not None:
         yield from _not_imported(phase, failed)
         return
     if phase == "correct":
-        yield correct(case, cfg, settings)
-        yield correct(case, OmegaConf.merge(cfg, {"seed": private_seed(cfg.seed)}), settings, "correct:second_inputs")
+        yield correct(case, spec)
+        second = OmegaConf.merge(cfg, {"seed": private_seed(cfg.seed)})
+        yield correct(case, dataclasses.replace(spec, case_cfg=second), "correct:second_inputs")
         return
-    for record in run_case_phase(phase, case, cfg, settings):
+    for record in run_case_phase(phase, case, spec):
         if phase == "fix":
-            yield _name_the_symptom(record, case, settings.device)
+            yield _name_the_symptom(record, case, spec.device)
         elif record.phase == "speed" or record.phase.startswith("speed:"):
-            yield _name_the_slow_symptom(_flag_implausibly_fast(check_timed_outputs(record, cfg, settings)), case, settings.device)
-        elif record.phase == "memory" and record.status == "inconclusive":
-            yield dataclasses.replace(record, status="undecided", ok=False, message=record.message + "; a grade must be decisive")
+            yield _name_the_slow_symptom(_flag_implausibly_fast(check_timed_outputs(record, cfg, spec)), case, spec.device)
+        elif record.phase == "memory" and record.status == Memory.INCONCLUSIVE:
+            yield dataclasses.replace(record, status=Memory.UNDECIDED, ok=False, message=record.message + "; a grade must be decisive")
         else:
             yield record

@@ -9,6 +9,7 @@ from harness.cases import ROOT
 from harness.grading.common import PROJECT_SOURCES
 from harness.process.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
 from harness.records import CaseRecord, PhaseRecord
+from harness.statuses import Integrity
 
 
 def project_sources() -> dict[str, bytes]:
@@ -32,7 +33,7 @@ def integrity(before: dict[str, bytes], record: CaseRecord, displaced: Path | No
     if changed:
         return PhaseRecord(
             "integrity",
-            "tampered",
+            Integrity.TAMPERED,
             False,
             f"the grade changed {', '.join(changed[:3])}: restored from the copy read before grading"
             + (f"; what it found is kept in {displaced}" if displaced is not None else ""),
@@ -42,7 +43,7 @@ def integrity(before: dict[str, bytes], record: CaseRecord, displaced: Path | No
     if signals:
         return PhaseRecord(
             "integrity",
-            "signalled_outside_sandbox",
+            Integrity.SIGNALLED_OUTSIDE_SANDBOX,
             False,
             f"the submission tried to signal a process outside its own (refused): {'; '.join(signals[:3])}",
             figures,
@@ -50,7 +51,7 @@ def integrity(before: dict[str, bytes], record: CaseRecord, displaced: Path | No
     if refused:
         return PhaseRecord(
             "integrity",
-            "wrote_outside_sandbox",
+            Integrity.WROTE_OUTSIDE_SANDBOX,
             False,
             f"the submission tried to write outside its scratch directory (refused): {'; '.join(refused[:3])}",
             figures,
@@ -58,14 +59,14 @@ def integrity(before: dict[str, bytes], record: CaseRecord, displaced: Path | No
     if left:
         return PhaseRecord(
             "integrity",
-            "left_processes",
+            Integrity.LEFT_PROCESSES,
             False,
             f"the submission left {len(left)} process(es) running after its call (killed): {left[0]}",
             figures,
         )
     return PhaseRecord(
         "integrity",
-        "passed",
+        Integrity.PASSED,
         True,
         f"{len(before)} project sources unchanged (sha256 {figures['sources_sha256'][:12]}); no write outside the sandbox; no process left",
         figures,

@@ -14,31 +14,34 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.cases import load_case
 from harness.measure.compare import compare, flatten_tensors, named_tensors, snapshot, tolerance_of
-from harness.phases import Settings, fix_under_test, speed_config
+from harness.phases import RunSpec, fix_under_test, speed_config
 from harness.phases.common import abnormal, call, compiled_for, difference, record_of, tolerance_text
 from harness.process.isolate import run_isolated
 from harness.process.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
 from harness.records import PhaseRecord
+from harness.statuses import Correct, Speed
 
 
-def correct(case: ModuleType, cfg: DictConfig, settings: Settings, phase: str = "correct") -> PhaseRecord:
-    ran = run_isolated(_run_submitted_in_child, cfg, settings.device, timeout_s=settings.timeout_s, confined=settings.limits)
+def correct(case: ModuleType, spec: RunSpec, phase: str = "correct") -> PhaseRecord:
+    cfg = spec.case_cfg
+    ran = run_isolated(_run_submitted_in_child, cfg, spec.device, timeout_s=spec.timeout_s, confined=spec.limits)
     if ran.status != "returned":
         return abnormal(phase, ran)
     sent, failure = ran.value
     if failure is not None:
-        return record_of(phase, "raised", False, failure.headline, ran, {"raised_at": failure.where, "seed": cfg.seed})
+        return record_of(phase, Correct.RAISED, False, failure.headline, ran, {"raised_at": failure.where, "seed": cfg.seed})
     if isinstance(sent, str):
-        return record_of(phase, "wrong_output", False, sent, ran, {"seed": cfg.seed})
-    judged = run_isolated(_judge_in_child, cfg, settings.device, sent, timeout_s=settings.timeout_s)
+        return record_of(phase, Correct.WRONG_OUTPUT, False, sent, ran, {"seed": cfg.seed})
+    judged = run_isolated(_judge_in_child, cfg, spec.device, sent, timeout_s=spec.timeout_s)
     if judged.status != "returned":
         return abnormal(phase, judged)
     status, message, figures = judged.value
-    if status == "passed":
+    status = Correct(status)
+    if status == Correct.PASSED:
         message = "matches the reference " + tolerance_text(cfg) + "; no output aliases an input; inputs unchanged"
-    elif status == "mismatch":
+    elif status == Correct.MISMATCH:
         message = "differs from the reference: " + difference(figures)
-    return record_of(phase, status, status == "passed", message, ran, {**figures, "seed": cfg.seed})
+    return record_of(phase, status, status.ok, message, ran, {**figures, "seed": cfg.seed})
 
 
 def _run_submitted_in_child(cfg: DictConfig, device: str) -> tuple[bytes | str | None, Any]:
@@ -73,8 +76,9 @@ def _judge_in_child(cfg: DictConfig, device: str, sent: bytes) -> tuple[str, str
     try:
         got = torch.load(io.BytesIO(sent), weights_only=True)
     except Exception as error:  # noqa: BLE001 - anything but plain tensors and values
-        return "wrong_output", f"its output could not be read back as plain tensors ({type(error).__name__})", {}
-    return judge(got["output"], want, got["inputs"], pristine, **tolerance_of(cfg.tolerance))
+        return str(Correct.WRONG_OUTPUT), f"its output could not be read back as plain tensors ({type(error).__name__})", {}
+    status, message, figures = judge(got["output"], want, got["inputs"], pristine, **tolerance_of(cfg.tolerance))
+    return str(status), message, figures  # plain data back to the parent (harness/process/isolate.py), which names it again
 
 
 def judge(
@@ -84,7 +88,7 @@ def judge(
     computed) fails against the reference's output, or "passed"."""
     want = [tensor for _, tensor in named_tensors(reference)]
     if len(output) != len(want):
-        return "wrong_output", f"{len(output)} tensors, the reference has {len(want)}", {}
+        return Correct.WRONG_OUTPUT, f"{len(output)} tensors, the reference has {len(want)}", {}
     for index, (got, expected) in enumerate(zip(output, want)):
         if got is None or expected is None:
             continue  # compare names a None where the other has a tensor
@@ -92,19 +96,19 @@ def judge(
             if getattr(got, what) != getattr(expected, what):
                 mine, theirs = _show(getattr(got, what)), _show(getattr(expected, what))
                 return (
-                    "wrong_output",
+                    Correct.WRONG_OUTPUT,
                     f"output tensor {index} has {what} {mine}, the reference {theirs}",
                     {what: mine, f"reference_{what}": theirs},
                 )
     figures = compare(output, reference, atol=atol, rtol=rtol, scale=scale)
     if not figures["match"]:
-        return "mismatch", "", figures
+        return Correct.MISMATCH, "", figures
     tensors_in = {path: value for path, value in inputs_after.items() if isinstance(value, torch.Tensor)}
     for index, got in enumerate(output):
         shared = None if got is None else next((path for path, tensor in tensors_in.items() if _overlap(got, tensor)), None)
         if shared is not None:
             return (
-                "aliases_input",
+                Correct.ALIASES_INPUT,
                 f"output tensor {index} shares storage with the input {shared}: a caller's input would change with it",
                 {**figures, "aliased": shared},
             )
@@ -112,11 +116,11 @@ def judge(
     changed += [path for path in inputs_after if path not in pristine]
     if changed:
         return (
-            "changed_inputs",
+            Correct.CHANGED_INPUTS,
             f"the fix changed its inputs: {', '.join(changed[:3])}" + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""),
             {**figures, "changed": changed[:20]},
         )
-    return "passed", "", figures
+    return Correct.PASSED, "", figures
 
 
 def _show(value: Any) -> str:
@@ -146,7 +150,7 @@ def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().reshape(-1).contiguous().view(torch.uint8)
 
 
-def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, spec: RunSpec) -> PhaseRecord:
     """The timed calls' outputs the parent kept (harness/measure/clock.py), against the reference for the same
     inputs, computed in a clean child; a wrong one rejects the fix, whatever its speed."""
     kept = record.figures.pop("checked_outputs", None)
@@ -159,14 +163,14 @@ def check_timed_outputs(record: PhaseRecord, cfg: DictConfig, settings: Settings
             return dataclasses.replace(record, figures=figures)
         also = record.phase.partition(":")[2]
         inputs = OmegaConf.select(cfg, f"speed.also.{also}.inputs") if also else None
-        judged = run_isolated(_judge_timed_in_child, cfg, settings.device, inputs, kept, settings.cpu_threads, timeout_s=settings.timeout_s)
+        judged = run_isolated(_judge_timed_in_child, cfg, spec.device, inputs, kept, spec.cpu_threads, timeout_s=spec.timeout_s)
         if judged.status != "returned":
             return abnormal(record.phase, judged)
         wrong, message = judged.value
         figures["timed_outputs_wrong"] = wrong
         if wrong:
             line = f"{wrong} of {len(kept)} checked timed outputs differ from the reference for their inputs (first: {message}); what is timed must be what is checked"
-            return dataclasses.replace(record, status="timed_output_wrong", ok=False, message=line, figures=figures)
+            return dataclasses.replace(record, status=Speed.TIMED_OUTPUT_WRONG, ok=False, message=line, figures=figures)
         return dataclasses.replace(record, figures=figures)
     finally:
         if check_dir:
@@ -198,7 +202,7 @@ def _judge_timed_in_child(cfg: DictConfig, device: str, inputs: Any, kept: list[
                 if failure is not None:
                     raise RuntimeError(f"the reference itself failed: {failure.headline}")
             status, message = _judge_kept(entry["path"], flatten_tensors(want), cfg)
-            if status != "passed":
+            if status != Correct.PASSED:
                 wrong += 1
                 first = first or f"process {entry['process']}, timed block {entry['block']}: {status}: {message}"
     return wrong, first
@@ -206,10 +210,10 @@ def _judge_timed_in_child(cfg: DictConfig, device: str, inputs: Any, kept: list[
 
 def _judge_kept(path: str, want: list, cfg: DictConfig) -> tuple[str, str]:
     if path.endswith(".txt"):
-        return "wrong_output", Path(path).read_text()
+        return Correct.WRONG_OUTPUT, Path(path).read_text()
     try:
         got = torch.load(path, weights_only=True)
     except Exception as error:  # noqa: BLE001 - anything but plain tensors: a subclass, an object
-        return "wrong_output", f"not plain tensors ({type(error).__name__})"
+        return Correct.WRONG_OUTPUT, f"not plain tensors ({type(error).__name__})"
     status, message, figures = judge(got, want, {}, {}, **tolerance_of(cfg.tolerance))
-    return status, message or (difference(figures) if status == "mismatch" else "")
+    return status, message or (difference(figures) if status == Correct.MISMATCH else "")

@@ -17,6 +17,7 @@ from harness.process.isolate import run_isolated
 from harness.process.outcome import ChildResult
 from harness.process.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
 from harness.records import PhaseRecord
+from harness.statuses import BROKE
 
 
 def submission(spec: str, timeout_s: float) -> Submission:
@@ -67,9 +68,8 @@ def import_check(submitted: Submission, timeout_s: float) -> ChildResult:
     return _IMPORTED[submitted]
 
 
-def import_failure(cfg: DictConfig, timeout_s: float) -> ChildResult | None:
+def import_failure(submitted: Submission | None, timeout_s: float) -> ChildResult | None:
     """How importing the graded file went wrong (it crashed, hung, exited, killed or stopped its parent), or None."""
-    submitted = submission_of(cfg)
     if submitted is None:
         return None
     result = import_check(submitted, timeout_s)
@@ -83,7 +83,7 @@ def import_failure(cfg: DictConfig, timeout_s: float) -> ChildResult | None:
 def _not_imported(phase: str, result: ChildResult) -> Iterator[PhaseRecord]:
     """The phases that would import the file, when its import check did not end: one verdict, every grade,
     whichever process the import happened to take down."""
-    status = {"raised": "raised", "signalled": "crashed", "exited": "crashed", "timeout": "timeout", "limit": "crashed"}[result.status]
+    status = BROKE[result.status]
     said = result.output.rpartition("[harness] ")[2].strip() if "[harness] " in result.output else ""
     what = f"importing it {result.summary}" + (f" ({said})" if said and not result.lost_server else "")
     for name in {"fix": ["fix"], "correct": ["correct", "correct:second_inputs"], "speed": ["speed"]}[phase]:

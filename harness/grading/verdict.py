@@ -11,6 +11,7 @@ import torch
 from harness.grading.common import GRADED_PHASES, IMPLAUSIBLY_FAST, Verdict
 from harness.process.submitted import SUBMITTED_KEY, Submission, file_sha256, import_file, submission_of  # noqa: F401 - file_sha256 for run.py
 from harness.records import CaseRecord, PhaseRecord
+from harness.statuses import Correct, Run, Speed
 from harness.symptoms import Slow, symptom_on
 
 
@@ -20,7 +21,7 @@ def _name_the_symptom(record: PhaseRecord, case: ModuleType, device: str) -> Pha
     raised = record.message.partition(":")[0]
     if not hasattr(symptom, "exception"):  # `Growth`, `WrongResult`, `Warns`, `Slow`: nothing raised
         return record
-    if record.status == "raised" and (raised == symptom.exception or re.search(symptom.message, record.message)):
+    if record.status == Correct.RAISED and (raised == symptom.exception or re.search(symptom.message, record.message)):
         return dataclasses.replace(record, message=f"{record.message} (the case's own symptom: the bug is still there)")
     return record
 
@@ -28,7 +29,7 @@ def _name_the_symptom(record: PhaseRecord, case: ModuleType, device: str) -> Pha
 def _name_the_slow_symptom(record: PhaseRecord, case: ModuleType, device: str) -> PhaseRecord:
     """A fix of a case whose failure is time (`Slow`), timed over budget: the case's own symptom, still there."""
     symptom = symptom_on(case.symptoms[device], torch.__version__)
-    if isinstance(symptom, Slow) and record.status == "over_budget":
+    if isinstance(symptom, Slow) and record.status == Speed.OVER_BUDGET:
         return dataclasses.replace(record, message=f"{record.message} (the case's own symptom, slow: the bug is still there)")
     return record
 
@@ -42,7 +43,11 @@ def _flag_implausibly_fast(record: PhaseRecord) -> PhaseRecord:
         "(a fix that skips the work, returning a remembered or hard-coded result, looks like this)"
     )
     return dataclasses.replace(
-        record, status="implausibly_fast", ok=False, message=message, figures={**record.figures, "implausibly_fast_below": IMPLAUSIBLY_FAST}
+        record,
+        status=Speed.IMPLAUSIBLY_FAST,
+        ok=False,
+        message=message,
+        figures={**record.figures, "implausibly_fast_below": IMPLAUSIBLY_FAST},
     )
 
 
@@ -52,7 +57,9 @@ def verdict(record: CaseRecord) -> Verdict:
     graded = [phase for phase in record.phases if phase.phase in GRADED_PHASES or phase.phase.startswith("speed:") or _memory_judged(phase)]
     failed = sorted((phase for phase in graded if not phase.ok), key=lambda phase: phase.phase != "integrity")
     if failed:
-        also = "".join(f"; also {phase.phase}: {phase.status}" for phase in [each for each in failed[1:] if each.status != "not_timed"][:3])
+        also = "".join(
+            f"; also {phase.phase}: {phase.status}" for phase in [each for each in failed[1:] if each.status != Run.NOT_TIMED][:3]
+        )
         refused = (
             " (writes outside its scratch directory, and signals to processes not its own, are refused while grading)"
             if re.search(r"Permission ?denied|PermissionError", failed[0].message) and "grading: " not in failed[0].message

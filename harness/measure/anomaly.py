@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.measure.clock import TimedProcess
 from harness.measure.timing import PairedSamples, estimate_ratio
+from harness.statuses import Speed
 
 CLOCK_SLACK_S = 0.002  # per block: the pipe's round trip and a wake-up on a loaded machine
 CLOCK_AGREEMENT = 0.9  # the child's clock must account for this share of the parent's, for the candidate's blocks
@@ -62,20 +63,20 @@ def _cpu_share(processes: list[TimedProcess], side: str) -> float:
     return shares[len(shares) // 2] if shares else 1.0
 
 
-def anomaly(processes: list[TimedProcess], device: str, inputs_repeat: bool = True) -> tuple[str, str] | None:
+def anomaly(processes: list[TimedProcess], device: str, inputs_repeat: bool = True) -> tuple[Speed, str] | None:
     """(status, message) for the first thing the parent saw that the samples alone would hide, or None; no cache check unless inputs_repeat."""
     for process in processes:
         for b in process.blocks:
             if b.child_s > b.parent_s + CLOCK_SLACK_S:
                 return (
-                    "clock_tampered",
+                    Speed.CLOCK_TAMPERED,
                     f"the child's clock read {b.child_s * 1e3:.2f} ms for a {b.side} block the parent timed at {b.parent_s * 1e3:.2f} ms: its clock runs ahead",
                 )
     candidate = [b for p in processes for b in p.blocks if b.side == "candidate"]
     parent_s, child_s = sum(b.parent_s for b in candidate), sum(b.child_s for b in candidate)
     on_cpu_s = sum(min(b.parent_s, b.cpu_s) for b in candidate) if device == "cpu" else parent_s
     if child_s < CLOCK_AGREEMENT * on_cpu_s - CLOCK_SLACK_S * len(candidate):
-        return "clock_tampered", (
+        return Speed.CLOCK_TAMPERED, (
             f"the child's clock saw {child_s * 1e3:.1f} ms of the candidate's calls, the parent's {parent_s * 1e3:.1f} ms, "
             f"of which the child was on a CPU {on_cpu_s * 1e3:.1f} ms ({child_s / on_cpu_s:.0%} of that): something in the graded process "
             "changed its clock; the parent's figures decided"
@@ -91,7 +92,7 @@ def anomaly(processes: list[TimedProcess], device: str, inputs_repeat: bool = Tr
                 if model_cores > EXTRA_CORES
                 else "CPU timing is single-threaded"
             )
-            return "work_beside_the_clock", (
+            return Speed.WORK_BESIDE_THE_CLOCK, (
                 f"a candidate block used {b.cpu_s * 1e3:.1f} ms of CPU in {b.parent_s * 1e3:.1f} ms ({b.cpu_s / b.parent_s:.2f} cores), "
                 f"while {allowed} (a thread or a process of the submission ran beside the timed call)"
             )
@@ -99,39 +100,39 @@ def anomaly(processes: list[TimedProcess], device: str, inputs_repeat: bool = Tr
     model_deferred_s = MODEL_MARGIN * _model_outside_per_call(processes) * sum(b.calls for b in candidate)
     if outside > OUTSIDE_FLOOR_S + OUTSIDE_SHARE * parent_s + model_deferred_s:
         beside = f", and the model solution's own deferred work allows {model_deferred_s * 1e3:.0f} ms" if model_deferred_s else ""
-        return "work_beside_the_clock", (
+        return Speed.WORK_BESIDE_THE_CLOCK, (
             f"the graded process used {outside * 1e3:.0f} ms of CPU while the clock was stopped, against {parent_s * 1e3:.0f} ms "
             f"of timed candidate calls{beside}: work deferred past the end of a call (a thread, a signal handler, a process) escapes the clock"
         )
     gains = [g for g in (_repeat_gain(p) for p in processes) if g is not None]
     if inputs_repeat and len(gains) >= 2 and min(gains) > REPEAT_GAIN:  # a cache shows in every process; noise, in one
-        return "faster_on_repeated_inputs", (
+        return Speed.FASTER_ON_REPEATED_INPUTS, (
             f"in every timing process its first timed call on new inputs took at least {min(gains):.1f}x as long as its later calls on the same inputs, "
             "relative to the model solution's: it answers repeated inputs from a cache (keyed on identity or content), not by computing"
         )
     return baseline_anomaly(processes, device)
 
 
-def baseline_anomaly(processes: list[TimedProcess], device: str) -> tuple[str, str] | None:
+def baseline_anomaly(processes: list[TimedProcess], device: str) -> tuple[Speed, str] | None:
     """Grading only (the baseline in children of its own, beside a pristine copy): the model solution reached from outside."""
     disturbed = next((p.disturbed for p in processes if p.disturbed), None)
     if not disturbed and (not processes or not all(p.samples.others.get("pristine") for p in processes)):
         return None
     if disturbed:
         return (
-            "baseline_disturbed",
+            Speed.BASELINE_DISTURBED,
             f"{disturbed}: another process of the user changed it (the submission's is the only one running code nobody reviewed)",
         )
     if device == "cpu":
         candidate, baseline = _cpu_share(processes, "candidate"), _cpu_share(processes, "baseline")
         if baseline < STARVED_SHARE * candidate:
-            return "baseline_disturbed", (
+            return Speed.BASELINE_DISTURBED, (
                 f"the model solution's child was on a CPU for {baseline:.0%} of its blocks' time, the submission's for {candidate:.0%}: "
                 "it was kept off the CPU (stopped, or crowded out) while it was timed"
             )
     slower = _baseline_vs_pristine(processes)
     if slower["ratio_low"] > BASELINE_SLOWER:
-        return "baseline_slowed", (
+        return Speed.BASELINE_SLOWED, (
             f"the model solution took {slower['ratio']:.2f}x [{slower['ratio_low']:.2f}, {slower['ratio_high']:.2f}] the time of a pristine copy of itself "
             "timed in turn with it: something reached the baseline, so the ratio is not trusted"
         )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.measure.footprint import Slope, StepMemory
+from harness.statuses import Memory
 
 MIN_UNIT = 1 << 20  # the least a growth or peak budget is a fraction of: below it a step's memory is the interpreter's
 # and the allocator's own (resident pages move 4 KiB at a time, Python's object arenas 256 KiB-1 MiB); a tiny RNN step peaked at 40 KiB
@@ -16,7 +17,7 @@ MIN_UNIT = 1 << 20  # the least a growth or peak budget is a fraction of: below 
 
 @dataclass(frozen=True)
 class MemoryVerdict:
-    status: str  # within_budget | over_budget | inconclusive | measured
+    status: Memory  # within_budget | over_budget | inconclusive | measured ("" while judged)
     excess: Slope  # the fix's growth per step beyond the baseline's, in the series where it is largest
     series: str
     unit: int  # bytes the fractions are of: the baseline's highest peak, at least MIN_UNIT
@@ -73,7 +74,7 @@ def judge_memory(fix: StepMemory, baseline: StepMemory, budget: dict[str, float]
     series, excess = excess_growth(fix, baseline)
     peak_ratio = max(fix.max_peak, 0) / unit
     if not budget:
-        return MemoryVerdict("measured", excess, series, unit, peak_ratio, ())
+        return MemoryVerdict(Memory.MEASURED, excess, series, unit, peak_ratio, ())
     verdict = MemoryVerdict("", excess, series, unit, peak_ratio, ())
     low, centre, high = verdict.growth_fraction_low, verdict.growth_fraction, verdict.growth_fraction_high
     over, undecided = [], []
@@ -87,7 +88,7 @@ def judge_memory(fix: StepMemory, baseline: StepMemory, budget: dict[str, float]
         over.append(
             f"peak {_bytes(fix.max_peak)} is {peak_ratio:.2f}x {_bytes(unit)} (the baseline's {_bytes(baseline.max_peak)}) > {budget['peak']}x"
         )
-    status = "over_budget" if over else "inconclusive" if undecided else "within_budget"
+    status = Memory.OVER_BUDGET if over else Memory.INCONCLUSIVE if undecided else Memory.WITHIN_BUDGET
     return MemoryVerdict(status, excess, series, unit, peak_ratio, tuple(over + undecided))
 
 

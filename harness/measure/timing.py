@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 import torch
 
+from harness.statuses import Speed
+
 MIN_SAMPLE_S = 0.02  # a sample loops the function until it lasts at least this long
 FRESH_PAGES_PER_S = 12_800  # minor page faults per second of a CPU sample (256 in a 20 ms one): the heap grew during it.
 # A fault cost 3.5 us on the 2-core machine: at this rate, 4.5% of the sample's time
@@ -202,12 +204,12 @@ def estimate_ratio(processes: list[PairedSamples], level: float) -> RatioEstimat
     )
 
 
-def judge(estimate: RatioEstimate, budget: float) -> str | None:
+def judge(estimate: RatioEstimate, budget: float) -> Speed | None:
     """within_budget or over_budget once the interval is on one side of the budget; None while it straddles it."""
     if estimate.ratio_high <= budget:
-        return "within_budget"
+        return Speed.WITHIN_BUDGET
     if estimate.ratio_low > budget:
-        return "over_budget"
+        return Speed.OVER_BUDGET
     return None
 
 

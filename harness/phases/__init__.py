@@ -30,12 +30,15 @@
     memory_fixes one record per memory control, phase "memory_fix:<name>"; the memory verdict must flag it
                flagged | missed | no_budget | raised | crashed | timeout | error
 
+Each family's statuses are named in harness/statuses.py (a StrEnum each, written to the records as its strings).
 "error" means the case itself broke (e.g. `make_inputs` raised): not a verdict on the bug.
+A phase gets the case module and the run's `RunSpec` (harness/spec.py: device, compile mode, the submission, the
+settings, and `case_cfg`, the case's config section its inputs are made from).
 Children get the case by name (`cfg.name`) and import it from the fork server's preload.
 When a submitted fix is graded (harness/grading/grade.py), `fix_under_test` hands fix, correct and speed that
 fix instead of `fixed`, and speed times it against the case's own `fixed`.
 
-    common     settings, the case function a phase runs, calling case code in a child, the phase record
+    common     spec, the case function a phase runs, calling case code in a child, the phase record
     reproduce  reproduce;  correct  fix and correct;  speed  speed (its protocol: clock);  memory  memory;
     controls   slow_fixes, bad_fixes, memory_fixes
 The modules import one way: common <- timing_processes <- speed, memory <- reproduce, correct <- controls <- this package.
@@ -47,15 +50,15 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable, Iterator
 
-from omegaconf import DictConfig
-
-from harness.phases.common import FIXED, Settings, SpeedSettings, fix_under_test, speed_config
+from harness.phases.common import FIXED, fix_under_test, speed_config
 from harness.phases.controls import bad_fix, memory_fix, slow_fix
 from harness.phases.correct import correct, fix
 from harness.phases.memory import memory, memory_budget, memory_config
-from harness.phases.reproduce import CLEAN_RUN, FAILURE_REPRODUCED, reproduce
+from harness.phases.reproduce import reproduce
 from harness.phases.speed import speed
 from harness.records import PhaseRecord
+from harness.spec import RunSpec, SpeedSettings
+from harness.statuses import CLEAN_RUN, FAILURE_REPRODUCED
 
 __all__ = [
     "CLEAN_RUN",
@@ -64,7 +67,7 @@ __all__ = [
     "CASE_CONTROLS",
     "PHASES",
     "TABLE",
-    "Settings",
+    "RunSpec",
     "SpeedSettings",
     "bad_fix",
     "correct",
@@ -84,21 +87,21 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Phase:
-    """One phase of the table: `records(case, cfg, settings)` yields its records as each child finishes; a `control`
+    """One phase of the table: `records(case, spec)` (harness/spec.py: the run, typed) yields its records as each child finishes; a `control`
     phase checks the case's own controls (its slow, bad and memory fixes), which test the harness on the case and are
     left out of a grade."""
 
     name: str
-    records: Callable[[ModuleType, DictConfig, Settings], Iterator[PhaseRecord]]
+    records: Callable[[ModuleType, RunSpec], Iterator[PhaseRecord]]
     control: bool = False
 
 
-def _once(phase: Callable[[ModuleType, DictConfig, Settings], PhaseRecord]) -> Callable[..., Iterator[PhaseRecord]]:
-    return lambda case, cfg, settings: iter([phase(case, cfg, settings)])
+def _once(phase: Callable[[ModuleType, RunSpec], PhaseRecord]) -> Callable[..., Iterator[PhaseRecord]]:
+    return lambda case, spec: iter([phase(case, spec)])
 
 
 def _each(controls: str, phase: Callable[..., PhaseRecord]) -> Callable[..., Iterator[PhaseRecord]]:
-    return lambda case, cfg, settings: (phase(name, case, cfg, settings) for name in getattr(case, controls, {}))
+    return lambda case, spec: (phase(name, case, spec) for name in getattr(case, controls, {}))
 
 
 # The phases in the order a run takes them: `phases=` in the config names a subset (conf/config.yaml).
@@ -118,9 +121,9 @@ TABLE: dict[str, Phase] = {
 CASE_CONTROLS = tuple(name for name, phase in TABLE.items() if phase.control)
 
 
-def run_phase(phase: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
+def run_phase(phase: str, case: ModuleType, spec: RunSpec) -> Iterator[PhaseRecord]:
     """The phase's records, each yielded as soon as its child has finished."""
-    yield from TABLE[phase].records(case, cfg, settings)
+    yield from TABLE[phase].records(case, spec)
 
 
 PHASES = tuple(TABLE)

@@ -1,9 +1,8 @@
-"""What every phase shares: its settings, the case function a phase runs (the submitted fix when grading), calling
+"""What every phase shares: its run spec (harness/spec.py), the case function a phase runs (the submitted fix when grading), calling
 case code in a child, and the record a phase returns."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
@@ -11,12 +10,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness import compiled as compile_axis
-from harness.measure import footprint as memory_source
-from harness.measure.timing import MAX_RETAKES, synchronize
+from harness.measure.timing import synchronize
 from harness.process.confine import Limits
 from harness.process.outcome import ChildResult, Failure
 from harness.process.submitted import load_submitted, submission_of
 from harness.records import PhaseRecord
+from harness.spec import RunSpec
+from harness.statuses import BROKE, ERROR
 from harness.symptoms import symptom_on
 
 FIXED = "fixed"
@@ -28,34 +28,11 @@ MEMORY_BASELINE = "memory_baseline"
 GRADED_PAIRS = 6  # at least, per timing process of a submitted fix (plus 0-2 more, drawn privately): more calls than a case's own timing
 
 
-@dataclass(frozen=True)
-class SpeedSettings:
-    warmup: int = 1  # pairs run untimed first, in each process
-    pairs: int = 3  # interleaved candidate/baseline samples per process, at least...
-    process_s: float = 0.5  # ...and more until they have taken this long
-    min_processes: int = 2
-    max_processes: int = 12
-    max_s: float = 20.0  # past this, a verdict still undecided is inconclusive
-    grade_max_s: float = 60.0  # grading: past this, a verdict still undecided is `undecided`, a rejection (never accepted)
-    level: float = 0.95  # of the ratio's confidence interval
-    max_retakes: int = MAX_RETAKES  # pairs retaken per process for fresh page faults (0: faulting is the cost timed, a compile per call)
-
-
-@dataclass(frozen=True)
-class Settings:
-    device: str
-    timeout_s: float
-    speed: SpeedSettings = SpeedSettings()
-    cpu_threads: int = 1
-    limits: Limits = Limits()  # for children that run a submitted fix (harness/process/confine.py)
-    memory: memory_source.MemorySettings = memory_source.MemorySettings()
-
-
-def failure_holds(case: ModuleType, cfg: DictConfig, device: str) -> bool:
+def failure_holds(case: ModuleType, spec: RunSpec) -> bool:
     """Whether the case's failure is expected on this run: its symptom holds on this torch under this compile mode.
     Where it does not (a torch before or after it, a compile mode that makes the code valid), a bad fix may be right
     and a control may show nothing: their verdicts say so instead of failing the run."""
-    return symptom_on(case.symptoms[device], torch.__version__).holds(torch.__version__, compile_axis.mode_of(cfg))
+    return symptom_on(case.symptoms[spec.device], torch.__version__).holds(torch.__version__, spec.compile)
 
 
 def fix_under_test(case: ModuleType, cfg: DictConfig) -> Callable:
@@ -64,9 +41,9 @@ def fix_under_test(case: ModuleType, cfg: DictConfig) -> Callable:
     return case.fixed if submission is None else load_submitted(submission, case)
 
 
-def confinement(cfg: DictConfig, settings: Settings) -> Limits | None:
+def confinement(spec: RunSpec) -> Limits | None:
     """The limits for a child that loads the fix under test: a submitted fix is confined, the case's own is not."""
-    return settings.limits if submission_of(cfg) is not None else None
+    return spec.limits if spec.graded else None
 
 
 def case_function(case: ModuleType, name: str, cfg: DictConfig) -> Callable[[Any], Any]:
@@ -107,13 +84,13 @@ def abnormal(phase: str, result: ChildResult) -> PhaseRecord:
     if result.status == "raised":
         return record_of(
             phase,
-            "error",
+            ERROR,
             False,
             f"the case failed before the phase could run: {result.failure.headline}",
             result,
             {"traceback": result.failure.traceback},
         )
-    status = {"signalled": "crashed", "exited": "crashed", "timeout": "timeout", "limit": "crashed"}[result.status]
+    status = BROKE[result.status]
     said = result.output.rpartition("[harness] ")[2].strip() if "[harness] " in result.output else ""
     return record_of(
         phase, status, False, result.summary + (f" ({said})" if said else ""), result, {"signal": result.signal} if result.signal else {}

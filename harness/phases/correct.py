@@ -20,7 +20,7 @@ from harness.phases.common import (
     FIXED,
     SLOW_FIX,
     SPEED_CANDIDATE,
-    Settings,
+    RunSpec,
     abnormal,
     call,
     case_function,
@@ -34,19 +34,21 @@ from harness.phases.common import (
 from harness.process.isolate import run_isolated
 from harness.process.outcome import Failure
 from harness.records import PhaseRecord
+from harness.statuses import Correct
 from harness.symptoms import Warns, symptom_on
 
 
-def fix(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    result = run_isolated(_fix_in_child, cfg, settings.device, timeout_s=settings.timeout_s, confined=confinement(cfg, settings))
+def fix(case: ModuleType, spec: RunSpec) -> PhaseRecord:
+    cfg = spec.case_cfg
+    result = run_isolated(_fix_in_child, cfg, spec.device, timeout_s=spec.timeout_s, confined=confinement(spec))
     if result.status != "returned":
         return abnormal("fix", result)
     output, failure, sync_checked, compile_figures = result.value
     figures = {"host_sync_checked": sync_checked} if sync_checked else {}
     figures.update(compile_figures)
     if failure is not None:
-        return record_of("fix", "raised", False, failure.headline, result, {**figures, "raised_at": failure.where})
-    return record_of("fix", "passed", True, f"returned {output}", result, figures)
+        return record_of("fix", Correct.RAISED, False, failure.headline, result, {**figures, "raised_at": failure.where})
+    return record_of("fix", Correct.PASSED, True, f"returned {output}", result, figures)
 
 
 def _fix_in_child(cfg: DictConfig, device: str) -> tuple[str | None, Failure | None, bool, dict[str, Any]]:
@@ -100,18 +102,21 @@ def _sync_forbidden():
         torch.cuda.set_sync_debug_mode(previous)
 
 
-def correct(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    result = run_isolated(compare_in_child, FIXED, cfg, settings.device, timeout_s=settings.timeout_s)
+def correct(case: ModuleType, spec: RunSpec) -> PhaseRecord:
+    cfg = spec.case_cfg
+    result = run_isolated(compare_in_child, FIXED, cfg, spec.device, timeout_s=spec.timeout_s)
     if result.status != "returned":
         return abnormal("correct", result)
     figures, failure = result.value
     if failure is not None:
-        return record_of("correct", "raised", False, failure.headline, result)
+        return record_of("correct", Correct.RAISED, False, failure.headline, result)
     if figures.get("still_warns"):
-        return record_of("correct", "mismatch", False, f"still warns as the buggy code does: {figures['still_warns']}", result, figures)
+        return record_of(
+            "correct", Correct.MISMATCH, False, f"still warns as the buggy code does: {figures['still_warns']}", result, figures
+        )
     if figures["match"]:
-        return record_of("correct", "passed", True, "matches the reference " + tolerance_text(cfg), result, figures)
-    return record_of("correct", "mismatch", False, "differs from the reference: " + difference(figures), result, figures)
+        return record_of("correct", Correct.PASSED, True, "matches the reference " + tolerance_text(cfg), result, figures)
+    return record_of("correct", Correct.MISMATCH, False, "differs from the reference: " + difference(figures), result, figures)
 
 
 def compare_in_child(candidate: str, cfg: DictConfig, device: str) -> tuple[dict | None, Failure | None]:

@@ -19,7 +19,7 @@ from harness.phases.common import (
     FIXED,
     MEMORY_BASELINE,
     MEMORY_FIX,
-    Settings,
+    RunSpec,
     abnormal,
     case_function,
     compiled_for,
@@ -30,24 +30,26 @@ from harness.phases.common import (
 )
 from harness.process.isolate import run_isolated
 from harness.process.outcome import ChildResult, Failure
-from harness.process.submitted import SUBMITTED_KEY, submission_of
+from harness.process.submitted import SUBMITTED_KEY
 from harness.records import PhaseRecord
+from harness.statuses import Memory, Reproduce
 from harness.symptoms import symptom_on
 
 
-def memory(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+def memory(case: ModuleType, spec: RunSpec) -> PhaseRecord:
     """The fix's memory over `steps` steps against `memory_baseline`'s, judged against `memory.budget.<device>`."""
+    cfg = spec.case_cfg
     reason = OmegaConf.select(cfg, "memory.not_applicable")
     if reason:
-        return PhaseRecord("memory", "not_applicable", True, str(reason), {"device": settings.device}, 0.0, "")
-    return memory_judged("memory", FIXED, case, cfg, settings)
+        return PhaseRecord("memory", Memory.NOT_APPLICABLE, True, str(reason), {"device": spec.device}, 0.0, "")
+    return memory_judged("memory", FIXED, case, cfg, spec)
 
 
-def reproduce_growth(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
+def reproduce_growth(case: ModuleType, cfg: DictConfig, spec: RunSpec) -> PhaseRecord:
     """A failure that is memory growing step after step (`Growth`): `buggy`'s retained memory per step, measured;
     reproduced when the slope's lower bound is at least `at_least` x the baseline's peak per step."""
-    symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
-    measured = measure_pair("reproduce", "buggy", cfg, settings)
+    symptom = symptom_on(case.symptoms[spec.device], torch.__version__)
+    measured = measure_pair("reproduce", "buggy", cfg, spec)
     if isinstance(measured, PhaseRecord):
         return measured
     buggy, baseline, figures, seconds, output = measured
@@ -55,10 +57,10 @@ def reproduce_growth(case: ModuleType, cfg: DictConfig, settings: Settings) -> P
     figures.update(verdict.figures(), at_least=symptom.at_least, oom=symptom.oom)
     said = memory_verdict.describe(buggy, baseline)
     if verdict.growth_fraction_low >= symptom.at_least:
-        return PhaseRecord("reproduce", "reproduced", True, f"memory grows: {said}", figures, seconds, output)
+        return PhaseRecord("reproduce", Reproduce.REPRODUCED, True, f"memory grows: {said}", figures, seconds, output)
     return PhaseRecord(
         "reproduce",
-        "not_reproduced",
+        Reproduce.NOT_REPRODUCED,
         False,
         f"growth {verdict.growth_fraction_low:.3f} (lower bound) of the baseline's peak per step < {symptom.at_least}: {said}",
         figures,
@@ -78,83 +80,83 @@ GRADED_EXTRA_STEPS = 3  # a graded fix runs `memory.steps` plus 0 to this many s
 # (an epoch's end, where a DataLoader's workers are replaced) must fit warmup + steps + this many calls before it
 
 
-def memory_judged(phase: str, candidate: str, case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    measured = measure_pair(phase, candidate, cfg, settings)
+def memory_judged(phase: str, candidate: str, case: ModuleType, cfg: DictConfig, spec: RunSpec) -> PhaseRecord:
+    measured = measure_pair(phase, candidate, cfg, spec)
     if isinstance(measured, PhaseRecord):
         return measured
     fix_memory, baseline, figures, seconds, output = measured
-    budget = memory_budget(cfg, settings.device)
+    budget = memory_budget(cfg, spec.device)
     verdict = memory_verdict.judge_memory(fix_memory, baseline, budget)
     figures.update(verdict.figures(), budget=budget)
     said = memory_verdict.describe(fix_memory, baseline)
     message = {
-        "measured": f"{said}; no memory budget on {settings.device}",
-        "within_budget": f"{said}; within budget {budget}",
-        "over_budget": f"{said}; over budget: {'; '.join(verdict.reasons)}",
-        "inconclusive": f"{said}; {'; '.join(verdict.reasons)}",
+        Memory.MEASURED: f"{said}; no memory budget on {spec.device}",
+        Memory.WITHIN_BUDGET: f"{said}; within budget {budget}",
+        Memory.OVER_BUDGET: f"{said}; over budget: {'; '.join(verdict.reasons)}",
+        Memory.INCONCLUSIVE: f"{said}; {'; '.join(verdict.reasons)}",
     }[verdict.status]
-    return PhaseRecord(phase, verdict.status, verdict.status != "over_budget", message, figures, seconds, output)
+    return PhaseRecord(phase, verdict.status, Memory(verdict.status).ok, message, figures, seconds, output)
 
 
-def measure_pair(phase: str, candidate: str, cfg: DictConfig, settings: Settings) -> tuple | PhaseRecord:
+def measure_pair(phase: str, candidate: str, cfg: DictConfig, spec: RunSpec) -> tuple | PhaseRecord:
     """`candidate` and the baseline, each over the steps in a child of its own; a PhaseRecord where one broke."""
-    steps = _memory_steps(cfg, settings)
-    result = _measure(candidate, cfg, settings, steps)
+    steps = _memory_steps(cfg, spec)
+    result = _measure(candidate, cfg, spec, steps)
     if result.status != "returned" or result.value is not None or result.talk is None:
         return _memory_abnormal(phase, result)
-    graded = submission_of(cfg) is not None
+    graded = spec.graded
     if graded:  # the model solution, in a child that never imports the submission (as speed's grading)
         base = _measure(
             FIXED,
             OmegaConf.create({k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != SUBMITTED_KEY}),
-            settings,
+            spec,
             steps,
         )
     else:
-        key = f"{settings.device}:{steps}:{settings.memory}:{OmegaConf.to_yaml(cfg)}"
+        key = f"{spec.device}:{steps}:{spec.memory}:{OmegaConf.to_yaml(cfg)}"
         if key not in _BASELINES:
-            _BASELINES[key] = _measure(MEMORY_BASELINE, cfg, settings, steps)
+            _BASELINES[key] = _measure(MEMORY_BASELINE, cfg, spec, steps)
         base = _BASELINES[key]
     if base.status != "returned" or base.value is not None or base.talk is None:
         broke = _memory_abnormal(phase, base)
-        return dataclasses.replace(broke, status="error", ok=False, message=f"the memory baseline's child: {broke.message}")
-    level = settings.memory.level
-    fix_memory = memory_source.step_memory(result.talk, settings.device, level)
-    baseline = memory_source.step_memory(base.talk, settings.device, level)
+        return dataclasses.replace(broke, status=Memory.ERROR, ok=False, message=f"the memory baseline's child: {broke.message}")
+    level = spec.memory.level
+    fix_memory = memory_source.step_memory(result.talk, spec.device, level)
+    baseline = memory_source.step_memory(base.talk, spec.device, level)
     figures: dict[str, Any] = {
         "steps": steps,
-        "warmup": settings.memory.warmup,
-        "device": settings.device,
+        "warmup": spec.memory.warmup,
+        "device": spec.device,
         "baseline_function": FIXED if graded else MEMORY_BASELINE,
-        "source": memory_source.source_name(settings.device),
+        "source": memory_source.source_name(spec.device),
         "method": memory_source.METHOD,
     }
     figures.update(fix_memory.figures())
     figures["baseline"] = baseline.figures()
-    if settings.device == "cpu" and not result.talk["hwm_reset"]:
+    if spec.device == "cpu" and not result.talk["hwm_reset"]:
         figures["peak_caveat"] = "the high-water mark could not be reset: peaks are since the child started"
     figures.update(containment(result))
     return fix_memory, baseline, figures, round(result.seconds + base.seconds, 4), result.output
 
 
-def _memory_steps(cfg: DictConfig, settings: Settings) -> int:
-    steps = int(OmegaConf.select(cfg, "memory.steps") or settings.memory.steps)
-    if submission_of(cfg) is not None:  # a submitted fix cannot know which call is the last one measured
+def _memory_steps(cfg: DictConfig, spec: RunSpec) -> int:
+    steps = int(OmegaConf.select(cfg, "memory.steps") or spec.memory.steps)
+    if spec.graded:  # a submitted fix cannot know which call is the last one measured
         steps += secrets.randbelow(GRADED_EXTRA_STEPS + 1)
     return steps
 
 
-def _measure(candidate: str, cfg: DictConfig, settings: Settings, steps: int) -> ChildResult:
-    confined = confinement(cfg, settings) if candidate == FIXED else None
-    talk = functools.partial(_drive_memory, device=settings.device)
+def _measure(candidate: str, cfg: DictConfig, spec: RunSpec, steps: int) -> ChildResult:
+    confined = confinement(spec) if candidate == FIXED else None
+    talk = functools.partial(_drive_memory, device=spec.device)
     return run_isolated(
         _memory_in_child,
         candidate,
         cfg,
-        settings.device,
+        spec.device,
         steps,
-        settings.memory.warmup,
-        timeout_s=settings.timeout_s,
+        spec.memory.warmup,
+        timeout_s=spec.timeout_s,
         confined=confined,
         talk=talk,
     )
@@ -195,7 +197,7 @@ def memory_config(cfg: DictConfig, device: str) -> DictConfig:
 
 def _memory_abnormal(phase: str, result: ChildResult) -> PhaseRecord:
     if result.status == "returned" and result.value is not None:
-        return record_of(phase, "raised", False, result.value.headline, result, {"raised_at": result.value.where})
+        return record_of(phase, Memory.RAISED, False, result.value.headline, result, {"raised_at": result.value.where})
     if result.status == "returned":
-        return record_of(phase, "crashed", False, "the memory child stopped answering the parent", result)
+        return record_of(phase, Memory.CRASHED, False, "the memory child stopped answering the parent", result)
     return abnormal(phase, result)

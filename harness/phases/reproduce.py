@@ -12,18 +12,19 @@ from omegaconf import DictConfig
 
 from harness import compiled as compile_axis
 from harness.phases.buggy_run import BuggyRun, reproduce_in_child
-from harness.phases.common import BUGGY, Settings, abnormal, difference, record_of, tolerance_text
+from harness.phases.common import BUGGY, RunSpec, abnormal, difference, record_of, tolerance_text
 from harness.phases.memory import reproduce_growth
 from harness.phases.speed import time_against
 from harness.process.isolate import run_isolated
 from harness.process.outcome import ChildResult
 from harness.records import PhaseRecord
+from harness.statuses import Reproduce, Speed
 from harness.symptoms import Growth, Slow, Symptom, Warns, WrongResult, symptom_on
 
 
 @dataclass(frozen=True)
 class Kind:
-    """How reproduce judges one kind of failure (harness/cases.py): `judge(symptom, case, cfg, settings, result)`;
+    """How reproduce judges one kind of failure (harness/cases.py): `judge(symptom, case, cfg, spec, result)`;
     `returns`: the buggy child is expected to return (its output and warnings are kept); `in_child`: buggy runs in a
     child of this phase first (a `Growth` is measured by the memory protocol instead)."""
 
@@ -32,34 +33,37 @@ class Kind:
     in_child: bool = True
 
 
-def reproduce(case: ModuleType, cfg: DictConfig, settings: Settings) -> PhaseRecord:
-    symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
+def reproduce(case: ModuleType, spec: RunSpec) -> PhaseRecord:
+    cfg = spec.case_cfg
+    symptom = symptom_on(case.symptoms[spec.device], torch.__version__)
     kind = next(KINDS[cls] for cls in type(symptom).__mro__ if cls in KINDS)
-    result = run_isolated(reproduce_in_child, cfg, settings.device, kind.returns, timeout_s=settings.timeout_s) if kind.in_child else None
-    return kind.judge(symptom, case, cfg, settings, result)
+    result = run_isolated(reproduce_in_child, cfg, spec.device, kind.returns, timeout_s=spec.timeout_s) if kind.in_child else None
+    return kind.judge(symptom, case, cfg, spec, result)
 
 
-def reproduce_raised(symptom: Symptom, case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
+def reproduce_raised(symptom: Symptom, case: ModuleType, cfg: DictConfig, spec: RunSpec, result: ChildResult) -> PhaseRecord:
     """A failure that raises (`Symptom`): the error, where, and what it printed, against the device's symptom."""
-    if compile_axis.mode_of(cfg) != "off":
-        return reproduce_compiled(case, cfg, settings, result)
+    if spec.compile != "off":
+        return reproduce_compiled(case, cfg, spec, result)
     if result.status != "returned":
         return abnormal("reproduce", result)
     seen = BuggyRun(**result.value)
     failure, context_after = seen.failure, seen.context_after
-    expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
+    expected = symptom.holds(torch.__version__, spec.compile)
     said = seen.said()
     if failure is None:
         if not expected:
             return record_of(
                 "reproduce",
-                symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)),
+                symptom.clean_status_under(torch.__version__, spec.compile),
                 True,
                 f"buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})",
                 result,
                 said,
             )
-        return record_of("reproduce", "not_reproduced", False, f"buggy ran without error on torch {torch.__version__}", result, said)
+        return record_of(
+            "reproduce", Reproduce.NOT_REPRODUCED, False, f"buggy ran without error on torch {torch.__version__}", result, said
+        )
     figures: dict[str, Any] = {"error": failure.headline, "raised_at": failure.where, **failure.figures, **said}
     figures.setdefault("traceback", failure.traceback)  # the frames tell cases with one error text apart (harness.triage)
     if symptom.output:
@@ -68,17 +72,20 @@ def reproduce_raised(symptom: Symptom, case: ModuleType, cfg: DictConfig, settin
         figures["unrelated_op_after_error"] = context_after
     problems = symptom.mismatches(failure, result.output)
     if problems:
-        return record_of("reproduce", "wrong_failure", False, f"{failure.headline} ({'; '.join(problems)})", result, figures)
+        return record_of("reproduce", Reproduce.WRONG_FAILURE, False, f"{failure.headline} ({'; '.join(problems)})", result, figures)
     if not expected:
         return record_of(
-            "reproduce", "reproduced", False, f"{failure.headline} (but it was recorded as failing {symptom.range_text()})", result, figures
+            "reproduce",
+            Reproduce.REPRODUCED,
+            False,
+            f"{failure.headline} (but it was recorded as failing {symptom.range_text()})",
+            result,
+            figures,
         )
-    return record_of("reproduce", "reproduced", True, failure.headline, result, figures)
+    return record_of("reproduce", Reproduce.REPRODUCED, True, failure.headline, result, figures)
 
 
-def reproduce_silent(
-    symptom: WrongResult | Warns, case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult
-) -> PhaseRecord:
+def reproduce_silent(symptom: WrongResult | Warns, case: ModuleType, cfg: DictConfig, spec: RunSpec, result: ChildResult) -> PhaseRecord:
     """A failure that raises nothing, eager or compiled alike: `buggy`'s output against the reference (`WrongResult`:
     wrong_result when it differs beyond the tolerance), or the warning it issued (`Warns`: warned).
     Every warning the call issued is kept verbatim; an error is `wrong_failure`."""
@@ -86,13 +93,13 @@ def reproduce_silent(
         return abnormal("reproduce", result)
     seen = BuggyRun(**result.value)
     failure, compared, warned = seen.failure, seen.compared, seen.warned
-    expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
+    expected = symptom.holds(torch.__version__, spec.compile)
     figures: dict[str, Any] = {"warnings": warned, **seen.said(), **(compared or {})}
     if failure is not None:
         figures.update(error=failure.headline, raised_at=failure.where, traceback=failure.traceback)
         return record_of(
             "reproduce",
-            "wrong_failure",
+            Reproduce.WRONG_FAILURE,
             False,
             f"{failure.headline} (expected it to return {'a wrong result' if isinstance(symptom, WrongResult) else 'with a warning'})",
             result,
@@ -101,16 +108,16 @@ def reproduce_silent(
     warning = next((line for line in warned if re.search(symptom.warning, line)), None) if symptom.warning else None
     figures["warning"] = warning
     if isinstance(symptom, Warns):
-        return _judge_warned(symptom, cfg, result, figures, warning, expected)
-    return _judge_wrong_result(symptom, cfg, result, figures, warning, expected, compared)
+        return _judge_warned(symptom, spec, result, figures, warning, expected)
+    return _judge_wrong_result(symptom, spec, result, figures, warning, expected, compared)
 
 
-def _judge_warned(symptom: Warns, cfg: DictConfig, result: ChildResult, figures: dict, warning: str | None, expected: bool) -> PhaseRecord:
+def _judge_warned(symptom: Warns, spec: RunSpec, result: ChildResult, figures: dict, warning: str | None, expected: bool) -> PhaseRecord:
     if warning is not None:
-        return record_of("reproduce", "warned", expected, warning, result, figures)
+        return record_of("reproduce", Reproduce.WARNED, expected, warning, result, figures)
     return record_of(
         "reproduce",
-        symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)) if not expected else "not_reproduced",
+        symptom.clean_status_under(torch.__version__, spec.compile) if not expected else Reproduce.NOT_REPRODUCED,
         not expected,
         f"buggy ran without the warning /{symptom.warning}/ on torch {torch.__version__}",
         result,
@@ -119,16 +126,16 @@ def _judge_warned(symptom: Warns, cfg: DictConfig, result: ChildResult, figures:
 
 
 def _judge_wrong_result(
-    symptom: WrongResult, cfg: DictConfig, result: ChildResult, figures: dict, warning: str | None, expected: bool, compared: dict
+    symptom: WrongResult, spec: RunSpec, result: ChildResult, figures: dict, warning: str | None, expected: bool, compared: dict
 ) -> PhaseRecord:
     wrong = not compared["match"]
     if wrong and (symptom.warning is None or warning is not None):
         said = f"returned a wrong result: {difference(compared)}" + (f"; warned {warning}" if warning else "")
-        return record_of("reproduce", "wrong_result", expected, said, result, figures)
+        return record_of("reproduce", Reproduce.WRONG_RESULT, expected, said, result, figures)
     if wrong:
         return record_of(
             "reproduce",
-            "wrong_failure",
+            Reproduce.WRONG_FAILURE,
             False,
             f"returned a wrong result, without the warning /{symptom.warning}/: {difference(compared)}",
             result,
@@ -137,7 +144,7 @@ def _judge_wrong_result(
     if not expected:
         return record_of(
             "reproduce",
-            symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)),
+            symptom.clean_status_under(torch.__version__, spec.compile),
             True,
             f"buggy returned the reference's output, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})",
             result,
@@ -145,21 +152,15 @@ def _judge_wrong_result(
         )
     return record_of(
         "reproduce",
-        "not_reproduced",
+        Reproduce.NOT_REPRODUCED,
         False,
-        f"buggy returned the reference's output {tolerance_text(cfg)} on torch {torch.__version__}",
+        f"buggy returned the reference's output {tolerance_text(spec.case_cfg)} on torch {torch.__version__}",
         result,
         figures,
     )
 
 
-FAILURE_REPRODUCED = frozenset(
-    {"reproduced", "wrong_result", "warned", "slow", "raised", "aborted", "silent"}
-)  # eager's statuses, then the compiled outcomes
-CLEAN_RUN = frozenset({"fixed_upstream", "clean_before", "clean_compiled"})  # no failure, where the case records none
-
-
-def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
+def reproduce_compiled(case: ModuleType, cfg: DictConfig, spec: RunSpec, result: ChildResult) -> PhaseRecord:
     """The buggy code compiled: how it failed, which may not be how it fails eager.
 
     raised          it raised: `same_as_eager` says whether it is the device's eager symptom
@@ -170,14 +171,14 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
     fixed_upstream  it ran clean on a torch the case records as having made the code valid
     not_reproduced  it returned the reference's output on a torch where the bug is expected
     """
-    mode = compile_axis.mode_of(cfg)
-    symptom = symptom_on(case.symptoms[settings.device], torch.__version__)
-    expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
+    mode = spec.compile
+    symptom = symptom_on(case.symptoms[spec.device], torch.__version__)
+    expected = symptom.holds(torch.__version__, spec.compile)
     if result.status == "signalled":
         native = compile_axis.native_message(result.output)
         figures = {"signal": result.signal, "native_message": native, "same_as_eager": False}
         said = compile_axis.native_headline(native)
-        return record_of("reproduce", "aborted", expected, f"{result.signal} under {mode}: {said}", result, figures)
+        return record_of("reproduce", Reproduce.ABORTED, expected, f"{result.signal} under {mode}: {said}", result, figures)
     if result.status != "returned":
         return abnormal("reproduce", result)
     seen = BuggyRun(**result.value)
@@ -186,7 +187,7 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
         if not expected:
             return record_of(
                 "reproduce",
-                symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg)),
+                symptom.clean_status_under(torch.__version__, spec.compile),
                 True,
                 f"compiled buggy ran without error, as expected on torch {torch.__version__} (it fails {symptom.range_text()}{_modes_text(symptom)})",
                 result,
@@ -194,14 +195,14 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
         if silent["match"]:
             return record_of(
                 "reproduce",
-                "not_reproduced",
+                Reproduce.NOT_REPRODUCED,
                 False,
                 f"compiled buggy returned the reference's output on torch {torch.__version__}",
                 result,
                 silent,
             )
         message = f"returned an output under {mode} where eager raises {symptom.exception}: {difference(silent)}"
-        return record_of("reproduce", "silent", True, message, result, {**silent, "same_as_eager": False})
+        return record_of("reproduce", Reproduce.SILENT, True, message, result, {**silent, "same_as_eager": False})
     problems = symptom.mismatches(failure, result.output)
     figures: dict[str, Any] = {
         "error": failure.headline,
@@ -213,26 +214,26 @@ def reproduce_compiled(case: ModuleType, cfg: DictConfig, settings: Settings, re
     if context_after is not None:
         figures["unrelated_op_after_error"] = context_after
     if problems and compile_axis.is_compiler_error(failure.types, failure.modules):
-        return record_of("reproduce", "compile_failed", False, f"the compiler raised {failure.headline}", result, figures)
+        return record_of("reproduce", Reproduce.COMPILE_FAILED, False, f"the compiler raised {failure.headline}", result, figures)
     eager = "" if not problems else f" (eager: {symptom.exception}; {'; '.join(problems)})"
-    return record_of("reproduce", "raised", expected, failure.headline + eager, result, figures)
+    return record_of("reproduce", Reproduce.RAISED, expected, failure.headline + eager, result, figures)
 
 
-def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, settings: Settings, result: ChildResult) -> PhaseRecord:
+def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, spec: RunSpec, result: ChildResult) -> PhaseRecord:
     """A failure that is time (`Slow`): `buggy` must return the reference's output (else wrong_failure); then it is
     timed against the symptom's baseline by the speed phase's protocol (harness/phases/speed.py) on the speed inputs:
     `slow` when the ratio's interval lies above `at_least`, with the lines torch logged and the graphs it compiled."""
     if result.status != "returned":
         return abnormal("reproduce", result)
     seen = BuggyRun(**result.value)
-    expected = symptom.holds(torch.__version__, compile_axis.mode_of(cfg))
+    expected = symptom.holds(torch.__version__, spec.compile)
     figures: dict[str, Any] = {**seen.said(), **(seen.compared or {}), "at_least": symptom.at_least, "baseline_function": symptom.baseline}
     wrong = _not_right(seen, result, figures)
     if wrong is not None:
         return wrong
     said = [line for line in seen.logged + seen.warned if symptom.log and re.search(symptom.log, line)]
     figures["log_line"] = said[0] if said else None
-    timed = time_against("reproduce", BUGGY, symptom.at_least, cfg, settings, baseline=symptom.baseline)
+    timed = time_against("reproduce", BUGGY, symptom.at_least, cfg, spec, baseline=symptom.baseline)
     figures.update(timed.figures)
     seconds = round(result.seconds + timed.seconds, 4)
     explained = (
@@ -240,11 +241,11 @@ def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, settings: S
         if seen.graphs_compiled
         else ""
     ) + (f"; logged: {said[0].splitlines()[0]}" if said else "")
-    if timed.status == "over_budget":
+    if timed.status == Speed.OVER_BUDGET:
         if symptom.log and not said:
             return PhaseRecord(
                 "reproduce",
-                "wrong_failure",
+                Reproduce.WRONG_FAILURE,
                 False,
                 f"slow, but torch logged nothing like /{symptom.log}/: {timed.message}",
                 figures,
@@ -252,13 +253,13 @@ def reproduce_slow(symptom: Slow, case: ModuleType, cfg: DictConfig, settings: S
                 result.output,
             )
         message = f"correct and slow: buggy against `{symptom.baseline}` {timed.message.replace('over budget', 'over')}{explained}"
-        return PhaseRecord("reproduce", "slow", expected, message, figures, seconds, result.output)
-    if timed.status == "within_budget":
-        return _not_slow(symptom, cfg, timed, expected, figures, seconds, result.output)
-    if timed.status == "inconclusive":
+        return PhaseRecord("reproduce", Reproduce.SLOW, expected, message, figures, seconds, result.output)
+    if timed.status == Speed.WITHIN_BUDGET:
+        return _not_slow(symptom, spec, timed, expected, figures, seconds, result.output)
+    if timed.status == Speed.INCONCLUSIVE:
         return PhaseRecord(
             "reproduce",
-            "inconclusive",
+            Reproduce.INCONCLUSIVE,
             False,
             f"the interval still straddles {symptom.at_least}x: {timed.message}",
             figures,
@@ -274,7 +275,7 @@ def _not_right(seen: BuggyRun, result: ChildResult, figures: dict[str, Any]) -> 
         figures.update(error=seen.failure.headline, raised_at=seen.failure.where, traceback=seen.failure.traceback)
         return record_of(
             "reproduce",
-            "wrong_failure",
+            Reproduce.WRONG_FAILURE,
             False,
             f"{seen.failure.headline} (expected it to return the right result, slowly)",
             result,
@@ -283,7 +284,7 @@ def _not_right(seen: BuggyRun, result: ChildResult, figures: dict[str, Any]) -> 
     if not seen.compared["match"]:
         return record_of(
             "reproduce",
-            "wrong_failure",
+            Reproduce.WRONG_FAILURE,
             False,
             f"returned a wrong result (expected it right and slow): {difference(seen.compared)}",
             result,
@@ -293,19 +294,19 @@ def _not_right(seen: BuggyRun, result: ChildResult, figures: dict[str, Any]) -> 
 
 
 def _not_slow(
-    symptom: Slow, cfg: DictConfig, timed: PhaseRecord, expected: bool, figures: dict[str, Any], seconds: float, output: str
+    symptom: Slow, spec: RunSpec, timed: PhaseRecord, expected: bool, figures: dict[str, Any], seconds: float, output: str
 ) -> PhaseRecord:
     if expected:
         return PhaseRecord(
             "reproduce",
-            "not_reproduced",
+            Reproduce.NOT_REPRODUCED,
             False,
             f"buggy is not slower than {symptom.at_least}x `{symptom.baseline}` on torch {torch.__version__}: {timed.message}",
             figures,
             seconds,
             output,
         )
-    status = symptom.clean_status_under(torch.__version__, compile_axis.mode_of(cfg))
+    status = symptom.clean_status_under(torch.__version__, spec.compile)
     return PhaseRecord(
         "reproduce",
         status,
@@ -328,8 +329,8 @@ def _modes_text(symptom: Any) -> str:
     return "" if getattr(symptom, "modes", None) is None else f", under compile={'/'.join(symptom.modes)}"
 
 
-def _reproduce_growth(symptom: Growth, case: ModuleType, cfg: DictConfig, settings: Settings, result: None) -> PhaseRecord:
-    return reproduce_growth(case, cfg, settings)
+def _reproduce_growth(symptom: Growth, case: ModuleType, cfg: DictConfig, spec: RunSpec, result: None) -> PhaseRecord:
+    return reproduce_growth(case, cfg, spec)
 
 
 # One entry a kind of failure (harness/symptoms.py): a new kind adds its class there, its judge here.

@@ -22,28 +22,29 @@ from harness.measure.timing import RatioEstimate, estimate_ratio, judge
 from harness.phases.common import (
     GRADED_PAIRS,
     SPEED_CANDIDATE,
-    Settings,
+    RunSpec,
     abnormal,
     containment,
     record_of,
 )
 from harness.phases.timing_processes import apart_timing_process, graded_timing_process, shared_timing_process
 from harness.process.outcome import ChildResult
-from harness.process.submitted import submission_of
 from harness.records import PhaseRecord
+from harness.statuses import Speed
 
 
-def speed(case: ModuleType, cfg: DictConfig, settings: Settings) -> Iterator[PhaseRecord]:
+def speed(case: ModuleType, spec: RunSpec) -> Iterator[PhaseRecord]:
     """The fix against `speed_baseline`; then, as phase "speed:<name>", each comparison in the yaml's
     `speed.also`: the fix against the case function `baseline` names, on inputs with `inputs` merged over."""
-    yield time_against("speed", SPEED_CANDIDATE, budget_of(cfg.get("speed"), settings.device), cfg, settings)
+    cfg = spec.case_cfg
+    yield time_against("speed", SPEED_CANDIDATE, budget_of(cfg.get("speed"), spec.device), cfg, spec)
     for name, also in (OmegaConf.select(cfg, "speed.also") or {}).items():
         yield time_against(
             f"speed:{name}",
             SPEED_CANDIDATE,
-            budget_of(also, settings.device),
+            budget_of(also, spec.device),
             cfg,
-            settings,
+            spec,
             baseline=also.baseline,
             inputs=also.get("inputs"),
         )
@@ -59,7 +60,7 @@ def time_against(
     candidate: str,
     budget: float | None,
     cfg: DictConfig,
-    settings: Settings,
+    spec: RunSpec,
     *,
     baseline: str = "speed_baseline",
     inputs: Any = None,
@@ -71,11 +72,11 @@ def time_against(
     an interval over the budget but below `clear_by` x the budget is measured on, while time allows, so that a
     control far over its line is not recorded as just past it because the timing stopped at the first decisive
     interval; it is still `over_budget` when time runs out."""
-    graded = submission_of(cfg) is not None and candidate == SPEED_CANDIDATE
+    graded = spec.graded and candidate == SPEED_CANDIDATE
     check_dir = Path(tempfile.mkdtemp(prefix="harness-checked-")) if graded else None
     handed_on = False
     try:
-        record = _time_against(phase, candidate, budget, cfg, settings, baseline, inputs, graded, check_dir, clear_by)
+        record = _time_against(phase, candidate, budget, cfg, spec, baseline, inputs, graded, check_dir, clear_by)
         handed_on = "checked_dir" in record.figures
         return record
     finally:
@@ -100,7 +101,7 @@ def _time_against(
     candidate: str,
     budget: float | None,
     cfg: DictConfig,
-    settings: Settings,
+    spec: RunSpec,
     baseline: str,
     inputs: Any,
     graded: bool,
@@ -125,14 +126,14 @@ def _time_against(
     after the calls, a cache answering repeated inputs, a baseline slowed or disturbed) is a verdict of its
     own; and an interval that still straddles the budget after `grade_max_s` is `undecided`, a rejection.
     """
-    timing = settings.speed
+    timing = spec.speed
     started = time.monotonic()
     tally = _Tally()
     max_s, max_processes = (timing.grade_max_s, 10_000) if graded else (timing.max_s, timing.max_processes)
     while True:
         seeds = _private_seeds() if graded else None
-        talk = _talk(settings, graded, _process_dir(check_dir, len(tally.processes)))
-        results = _timing_process(talk, candidate, baseline, inputs, cfg, settings, seeds)
+        talk = _talk(spec, graded, _process_dir(check_dir, len(tally.processes)))
+        results = _timing_process(talk, candidate, baseline, inputs, cfg, spec, seeds)
         result = results["candidate"]
         broken = _broken(phase, results)
         if broken is not None:
@@ -140,7 +141,7 @@ def _time_against(
         timed = result.talk
         _gather(tally, results, timed, seeds)
         if timed.disturbed:  # reniced, pinned: its samples are worth nothing, and the grade ends here
-            return _disturbed(phase, timed.disturbed, result, tally, settings.device, started)
+            return _disturbed(phase, timed.disturbed, result, tally, spec.device, started)
         if len(tally.processes) < timing.min_processes:
             continue
         estimate = estimate_ratio([p.samples for p in tally.processes], timing.level)
@@ -149,10 +150,10 @@ def _time_against(
         if verdict is not None:
             break
     figures = _figures(estimate, budget, tally, result.value[0]["cpu_threads"], started)
-    interval, message = _message(verdict, estimate, budget, settings.device, figures["seconds"])
-    ok = verdict not in ("over_budget", "undecided")  # inconclusive (a case's own timing) is no failure, but reports show it apart
+    interval, message = _message(verdict, estimate, budget, spec.device, figures["seconds"])
+    ok = verdict.ok  # inconclusive (a case's own timing) is no failure, but reports show it apart
     if graded:
-        verdict, ok, message = _graded_findings(verdict, ok, message, interval, figures, tally, check_dir, cfg, settings.device)
+        verdict, ok, message = _graded_findings(verdict, ok, message, interval, figures, tally, check_dir, cfg, spec.device)
     return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output)
 
 
@@ -165,32 +166,32 @@ def _process_dir(check_dir: Path | None, index: int) -> Path | None:
     return process_dir
 
 
-def _timing_process(talk, candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings, seeds: dict[str, int] | None):
+def _timing_process(talk, candidate: str, baseline: str, inputs: Any, cfg: DictConfig, spec: RunSpec, seeds: dict[str, int] | None):
     """One timing process's children, each side's `ChildResult`: a grade's three (`seeds` drawn), or a case's own."""
     if seeds is not None:
-        return graded_timing_process(talk, baseline, inputs, cfg, settings, seeds)
+        return graded_timing_process(talk, baseline, inputs, cfg, spec, seeds)
     if OmegaConf.select(cfg, "speed.apart"):
-        return apart_timing_process(talk, candidate, baseline, inputs, cfg, settings)
-    return shared_timing_process(talk, candidate, baseline, inputs, cfg, settings)
+        return apart_timing_process(talk, candidate, baseline, inputs, cfg, spec)
+    return shared_timing_process(talk, candidate, baseline, inputs, cfg, spec)
 
 
 def _disturbed(phase: str, disturbed: str, result: ChildResult, tally: _Tally, device: str, started: float) -> PhaseRecord:
     figures = {"baseline_disturbed": disturbed, **containment(result), **tally.changed}
     message = baseline_anomaly(tally.processes, device)[1]
-    return PhaseRecord(phase, "baseline_disturbed", False, message, figures, round(time.monotonic() - started, 4), result.output)
+    return PhaseRecord(phase, Speed.BASELINE_DISTURBED, False, message, figures, round(time.monotonic() - started, 4), result.output)
 
 
 def _private_seeds() -> dict[str, int]:
     return {"warmup": secrets.randbelow(1 << 31), "settle": secrets.randbelow(1 << 31), "timed": secrets.randbelow(1 << 31)}
 
 
-def _talk(settings: Settings, graded: bool, check_dir: Path | None) -> Callable:
+def _talk(spec: RunSpec, graded: bool, check_dir: Path | None) -> Callable:
     """How the parent drives one timing process (harness/measure/clock.py); a grade's warm-up and pairs vary a little,
     numbers the submission cannot know, and its first call is never a timed one."""
-    timing = settings.speed
+    timing = spec.speed
     return functools.partial(
         drive,
-        device=settings.device,
+        device=spec.device,
         warmup=max(timing.warmup, 1) + secrets.randbelow(2) if graded else timing.warmup,
         pairs=max(timing.pairs, GRADED_PAIRS) + secrets.randbelow(3) if graded else timing.pairs,
         min_s=timing.process_s,
@@ -208,14 +209,14 @@ def _broken(phase: str, results: dict[str, ChildResult]) -> PhaseRecord | None:
         return abnormal(phase, result)
     failure = result.value[1]
     if failure is not None:
-        return record_of(phase, "raised", False, failure.headline, result)
+        return record_of(phase, Speed.RAISED, False, failure.headline, result)
     for side in ("baseline", "pristine"):
         if side in results and (results[side].status != "returned" or results[side].value[1] is not None):
             broke = results[side]
             said = broke.summary if broke.status != "returned" else f"raised {broke.value[1].headline}"
-            return record_of(phase, "error", False, f"the model solution's timing child ({side}) {said}", broke)
+            return record_of(phase, Speed.ERROR, False, f"the model solution's timing child ({side}) {said}", broke)
     if result.talk is None:
-        return record_of(phase, "crashed", False, "the timing child stopped answering the parent's requests", result)
+        return record_of(phase, Speed.CRASHED, False, "the timing child stopped answering the parent's requests", result)
     return None
 
 
@@ -244,14 +245,14 @@ def _gather(tally: _Tally, results: dict[str, ChildResult], timed: TimedProcess,
     ]
 
 
-def _verdict(estimate: RatioEstimate, budget: float | None, clear_by: float, out_of_time: bool, graded: bool) -> str | None:
+def _verdict(estimate: RatioEstimate, budget: float | None, clear_by: float, out_of_time: bool, graded: bool) -> Speed | None:
     """The verdict on the interval so far, or None to measure on: an interval over the budget but not yet past it
     by `clear_by` is measured on while time allows; one straddling it at the end is inconclusive (undecided, graded)."""
-    verdict = judge(estimate, budget) if budget is not None else "measured"
-    if verdict == "over_budget" and estimate.ratio_low < clear_by * budget:
+    verdict = judge(estimate, budget) if budget is not None else Speed.MEASURED
+    if verdict == Speed.OVER_BUDGET and estimate.ratio_low < clear_by * budget:
         verdict = None
     if verdict is None and out_of_time:
-        verdict = judge(estimate, budget) or ("undecided" if graded else "inconclusive")
+        verdict = judge(estimate, budget) or (Speed.UNDECIDED if graded else Speed.INCONCLUSIVE)
     return verdict
 
 
@@ -265,16 +266,16 @@ def _figures(estimate: RatioEstimate, budget: float | None, tally: _Tally, cpu_t
     return figures
 
 
-def _message(verdict: str, estimate: RatioEstimate, budget: float | None, device: str, seconds: float) -> tuple[str, str]:
+def _message(verdict: Speed, estimate: RatioEstimate, budget: float | None, device: str, seconds: float) -> tuple[str, str]:
     """The interval in words, and the verdict's message."""
     interval = f"{estimate.ratio:.3f}x [{estimate.ratio_low:.3f}, {estimate.ratio_high:.3f}] ({estimate.level:.0%}, {estimate.samples} pairs in {estimate.processes} processes)"
     times = f"{estimate.candidate_s * 1e3:.3f} ms vs {estimate.baseline_s * 1e3:.3f} ms"
     message = {
-        "measured": f"{interval}, {times}; no budget on {device}",
-        "within_budget": f"{interval}, {times}; within budget {budget}x",
-        "over_budget": f"{interval}, {times}; over budget {budget}x",
-        "inconclusive": f"{interval}, {times}; the interval still straddles the budget {budget}x after {seconds} s",
-        "undecided": (
+        Speed.MEASURED: f"{interval}, {times}; no budget on {device}",
+        Speed.WITHIN_BUDGET: f"{interval}, {times}; within budget {budget}x",
+        Speed.OVER_BUDGET: f"{interval}, {times}; over budget {budget}x",
+        Speed.INCONCLUSIVE: f"{interval}, {times}; the interval still straddles the budget {budget}x after {seconds} s",
+        Speed.UNDECIDED: (
             f"{interval}, {times}; the interval still straddles the budget {budget}x after {seconds} s: the grader could not tell, "
             "and a grade must be decisive; grade it again on a quieter machine, or give it longer (speed.grade_max_s)"
         ),
@@ -283,7 +284,7 @@ def _message(verdict: str, estimate: RatioEstimate, budget: float | None, device
 
 
 def _graded_findings(
-    verdict: str,
+    verdict: Speed,
     ok: bool,
     message: str,
     interval: str,
@@ -292,7 +293,7 @@ def _graded_findings(
     check_dir: Path | None,
     cfg: DictConfig,
     device: str,
-) -> tuple[str, bool, str]:
+) -> tuple[Speed, bool, str]:
     """A grade's figures (the outputs kept for the judge, what its children tried), and what the parent saw beside
     the samples, which overrides the interval's verdict."""
     figures.update(

@@ -18,7 +18,7 @@ from harness import compiled as compile_axis
 from harness.cases import load_case
 from harness.measure.clock import serve, stop
 from harness.measure.timing import steady_cpu_allocator, synchronize
-from harness.phases.common import FIXED, SPEED_CANDIDATE, Settings, case_function, compiled_for, speed_config
+from harness.phases.common import FIXED, SPEED_CANDIDATE, RunSpec, case_function, compiled_for, speed_config
 from harness.process.confine import audit_parity
 from harness.process.isolate import run_isolated
 from harness.process.outcome import ChildResult, Failure
@@ -26,7 +26,7 @@ from harness.process.submitted import SUBMITTED_KEY, changes, process_settings
 
 
 def graded_timing_process(
-    talk: Callable, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings, seeds: dict[str, int]
+    talk: Callable, baseline: str, inputs: Any, cfg: DictConfig, spec: RunSpec, seeds: dict[str, int]
 ) -> dict[str, ChildResult]:
     """One timing process of a grade: the model solution's child and its pristine copy (from a config without the
     submission: they never import it), then the submission's, confined; the parent drives all three, their
@@ -53,25 +53,25 @@ def graded_timing_process(
             SPEED_CANDIDATE,
             inputs,
             cfg,
-            settings,
+            spec,
             seeds,
             lambda connection, pid, deadline: talk(
                 {"candidate": (connection, pid), "baseline": connections["baseline"], "pristine": connections["pristine"]}, deadline
             ),
-            confined=settings.limits,
+            confined=spec.limits,
         )
 
     def pristine_child() -> Any:
-        results["pristine"] = _child_of_a_grade("pristine", FIXED, inputs, ungraded, settings, seeds, then("pristine", candidate_child))
+        results["pristine"] = _child_of_a_grade("pristine", FIXED, inputs, ungraded, spec, seeds, then("pristine", candidate_child))
 
-    results["baseline"] = _child_of_a_grade("baseline", FIXED, inputs, ungraded, settings, seeds, then("baseline", pristine_child))
+    results["baseline"] = _child_of_a_grade("baseline", FIXED, inputs, ungraded, spec, seeds, then("baseline", pristine_child))
     results.setdefault("pristine", results["baseline"])
     results.setdefault("candidate", results["pristine"])
     return results
 
 
 def _child_of_a_grade(
-    side: str, candidate: str, inputs: Any, cfg: DictConfig, settings: Settings, seeds: dict[str, int], talk: Callable, confined=None
+    side: str, candidate: str, inputs: Any, cfg: DictConfig, spec: RunSpec, seeds: dict[str, int], talk: Callable, confined=None
 ) -> ChildResult:
     """One side's timing child in a grade, against the model solution (`fixed`) as its baseline."""
     return run_isolated(
@@ -80,17 +80,17 @@ def _child_of_a_grade(
         FIXED,
         inputs,
         cfg,
-        settings,
+        spec,
         seeds,
         (side,),
-        timeout_s=settings.timeout_s,
+        timeout_s=spec.timeout_s,
         confined=confined,
         talk=talk,
     )
 
 
 def shared_timing_process(
-    talk: Callable, candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings
+    talk: Callable, candidate: str, baseline: str, inputs: Any, cfg: DictConfig, spec: RunSpec
 ) -> dict[str, ChildResult]:
     """One timing process of a case's own functions: both sides in one child, the parent driving it."""
     return {
@@ -100,16 +100,16 @@ def shared_timing_process(
             baseline,
             inputs,
             cfg,
-            settings,
+            spec,
             None,
-            timeout_s=settings.timeout_s,
+            timeout_s=spec.timeout_s,
             talk=lambda connection, pid, deadline: talk({"candidate": (connection, pid), "baseline": (connection, pid)}, deadline),
         )
     }
 
 
 def apart_timing_process(
-    talk: Callable, candidate: str, baseline: str, inputs: Any, cfg: DictConfig, settings: Settings
+    talk: Callable, candidate: str, baseline: str, inputs: Any, cfg: DictConfig, spec: RunSpec
 ) -> dict[str, ChildResult]:
     """One timing process of a case whose functions share state across a process (`speed.apart` in its yaml: dynamo
     keeps one cache of compiled code per code object, and code that hit its recompile limit there makes every later
@@ -126,17 +126,17 @@ def apart_timing_process(
                 baseline,
                 inputs,
                 cfg,
-                settings,
+                spec,
                 None,
                 ("candidate",),
-                timeout_s=settings.timeout_s,
+                timeout_s=spec.timeout_s,
                 talk=lambda mine, my_pid, my_deadline: talk({"candidate": (mine, my_pid), "baseline": held["baseline"]}, my_deadline),
             )
         finally:
             stop(connection)
 
     results["baseline"] = run_isolated(
-        speed_in_child, candidate, baseline, inputs, cfg, settings, None, ("baseline",), timeout_s=settings.timeout_s, talk=candidate_child
+        speed_in_child, candidate, baseline, inputs, cfg, spec, None, ("baseline",), timeout_s=spec.timeout_s, talk=candidate_child
     )
     results.setdefault("candidate", results["baseline"])
     return results
@@ -153,7 +153,7 @@ def speed_in_child(
     baseline: str,
     inputs: Any,
     cfg: DictConfig,
-    settings: Settings,
+    spec: RunSpec,
     seeds: dict[str, int] | None,
     sides: tuple[str, ...] = ("candidate", "baseline"),
     *,
@@ -163,17 +163,17 @@ def speed_in_child(
     seed, both sides in one child; when grading (seeds given), one side per child, warmed up on inputs from one seed,
     timed on inputs from another: the submitted fix ("candidate"), or the model solution ("baseline", "pristine")."""
     case = load_case(cfg.name)
-    speed_cfg = speed_config(cfg, settings.device, inputs)
+    speed_cfg = speed_config(cfg, spec.device, inputs)
     if seeds is not None and "candidate" not in sides:
         audit_parity()  # the model solution pays for the submission's write guard what the submission pays
-    if settings.device == "cpu":
+    if spec.device == "cpu":
         steady_cpu_allocator()
     # Children forked from one server would lay their heaps out alike: shift each by a random amount, so that
     # the layout's luck (seen here: one side 2x slow in every process of a run) varies between processes.
     layout_shift = bytearray(random.randrange(1 << 22))  # noqa: F841 - kept alive while timing
 
     def make(seed: int | None) -> Any:
-        return case.make_inputs(speed_cfg if seed is None else OmegaConf.merge(speed_cfg, {"seed": seed}), settings.device)
+        return case.make_inputs(speed_cfg if seed is None else OmegaConf.merge(speed_cfg, {"seed": seed}), spec.device)
 
     def keep(made: Any) -> Any:
         if OmegaConf.select(cfg, "speed.keep_till_exit"):
@@ -181,15 +181,15 @@ def speed_in_child(
         return made
 
     warm_inputs = make(seeds and seeds["warmup"])  # every thread; a case that cannot make its inputs is an error
-    if settings.device == "cpu":
-        torch.set_num_threads(settings.cpu_threads)  # several threads make small-op ratios swing by 20%
+    if spec.device == "cpu":
+        torch.set_num_threads(spec.cpu_threads)  # several threads make small-op ratios swing by 20%
     told: dict[str, Any] = {}
     functions = _functions(case, candidate, baseline, cfg, sides, told)
     try:
-        if compile_axis.mode_of(cfg) != "off":  # compiled before the clock starts: compile time is reported, never timed
-            told.update(_compile_first(functions, warm_inputs, make, seeds, settings.device))
+        if spec.compile != "off":  # compiled before the clock starts: compile time is reported, never timed
+            told.update(_compile_first(functions, warm_inputs, make, seeds, spec.device))
         before = process_settings() if seeds and "candidate" in sides else None
-        serve(connection, functions, warm_inputs, settings.device, (lambda: keep(make(seeds["timed"]))) if seeds else None)
+        serve(connection, functions, warm_inputs, spec.device, (lambda: keep(make(seeds["timed"]))) if seeds else None)
     except Exception as error:  # noqa: BLE001
         return None, Failure.from_exception(error)
     if "graphs" in told:

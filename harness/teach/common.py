@@ -12,6 +12,7 @@ from packaging.version import Version
 from harness.cases import ROOT
 from harness.matrix import Record
 from harness.records import load_record
+from harness.statuses import Speed
 
 DOCS = ROOT / "docs" / "cases"
 RECORDS = ROOT / "results" / "matrix"
@@ -38,7 +39,7 @@ def _status_cell(record: Record, phase: str) -> str:
     ratio = record.figures.get(phase, {}).get("ratio") if phase == "speed" else None
     text = status.replace("_", " ")
     if isinstance(ratio, (int, float)):  # "within budget" goes without saying; other verdicts are spelled out
-        text = f"{ratio:.2f}x" + ("" if status == "within_budget" else " " + text)
+        text = f"{ratio:.2f}x" + ("" if status == Speed.WITHIN_BUDGET else " " + text)
     return text if _ok(record, phase) else f"**{text}**"
 
 

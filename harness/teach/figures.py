@@ -22,9 +22,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from packaging.version import Version  # noqa: E402
 
+from harness.statuses import Speed
+
 WIDTH_IN, DPI = 8.0, 100  # 800 px: GitHub shows it at about its natural size in a page
 DEVICE_COLOURS = {"cpu": "#1f77b4", "cuda": "#d95f02"}
-STATUS_MARKERS = {"within_budget": "o", "measured": "o", "over_budget": "X", "inconclusive": "s"}
+STATUS_MARKERS = {Speed.WITHIN_BUDGET: "o", Speed.MEASURED: "o", Speed.OVER_BUDGET: "X", Speed.INCONCLUSIVE: "s"}
 
 
 @dataclass(frozen=True)

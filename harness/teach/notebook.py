@@ -36,19 +36,19 @@ import torch
 from omegaconf import OmegaConf
 
 from harness.cases import load_case
-from harness.phases import Settings
+from harness.phases import RunSpec
 
 case = load_case("CASE_NAME")
 cfg = OmegaConf.load(ROOT / "conf" / "case" / "CASE_NAME.yaml")  # sizes, tolerance and speed budget of the case
 device = "cuda" if torch.cuda.is_available() else "cpu"  # on a GPU you see the device-side assert for real
-settings = Settings(device=device, timeout_s=300)
+spec = RunSpec(case="CASE_NAME", device=device, timeout_s=300, case_cfg=cfg)  # what a phase runs on
 print(f"torch {torch.__version__}, running on {device}")
 """
 
 FAILURE = """\
 from harness.phases import reproduce
 
-seen = reproduce(case, cfg, settings)  # runs `case.buggy` in a child process, with a time limit
+seen = reproduce(case, spec)  # runs `case.buggy` in a child process, with a time limit
 print(f"{seen.status}: {seen.message}")
 for key in ("raised_at", "output_line", "unrelated_op_after_error"):
     if seen.figures.get(key):
@@ -79,32 +79,35 @@ else:
 FIX = """\
 from harness.phases import fix
 
-ran = fix(case, cfg, settings)  # `case.fixed` on the same inputs, in a child process like the buggy code
+ran = fix(case, spec)  # `case.fixed` on the same inputs, in a child process like the buggy code
 print(f"{ran.status}: {ran.message}")
 """
 
 CHECK = """\
 from harness.phases import bad_fix, correct
 
-checked = correct(case, cfg, settings)  # `case.fixed` against `case.reference`, in a child process
+checked = correct(case, spec)  # `case.fixed` against `case.reference`, in a child process
 print(f"fix vs reference: {'match' if checked.ok else 'MISMATCH'}, {checked.message}")
 assert checked.ok, checked.message
 
 for name in case.bad_fixes:  # each in a child process: on CUDA a bad fix may trip a device-side assert
-    verdict = bad_fix(name, case, cfg, settings)
+    verdict = bad_fix(name, case, spec)
     print(f"bad fix {name}: {verdict.status}, {verdict.message[:200]}")
 """
 
 COMPILED = """\
+import dataclasses
+
 from harness.compiled import case_config
 
-compiled_cfg = case_config(cfg, "inductor")  # the harness hands every phase the mode in the case config
-seen_compiled = reproduce(case, compiled_cfg, settings)  # the buggy code under torch.compile, in a child: it may die natively
+# the harness hands every phase the mode in its spec, and each child the mode in the case config
+compiled = dataclasses.replace(spec, compile="inductor", case_cfg=case_config(cfg, "inductor"))
+seen_compiled = reproduce(case, compiled)  # the buggy code under torch.compile, in a child: it may die natively
 print(f"eager:    {seen.status}: {seen.message}")
 print(f"inductor: {seen_compiled.status}: {seen_compiled.message}")
 for line in seen_compiled.figures.get("native_message", []):
     print("   ", line)
-ran_compiled = fix(case, compiled_cfg, settings)
+ran_compiled = fix(case, compiled)
 print(f"the fix compiled: {ran_compiled.status}, one graph: {ran_compiled.figures.get('fullgraph')}, compile {ran_compiled.figures.get('compile_s')} s")
 """
 

@@ -8,6 +8,7 @@ from packaging.version import Version
 
 from harness.cases import DEVICES, case_text, load_case
 from harness.matrix import Record
+from harness.statuses import BadFix
 from harness.teach.common import COMPARED_PHASES, NOTICE, Sources, _by_version, _code_span, _fenced, _status_cell
 from harness.teach.series import _budgets, bad_fix_errors, memory_series, speed_points
 from harness.teach.source import (
@@ -266,7 +267,7 @@ def _rejected(record: Record | None) -> str:
     if record is None:
         return "not run"
     bad = [status for phase, status in record.statuses.items() if phase.startswith("bad_fix:")]
-    return f"{bad.count('rejected')}/{len(bad)}"
+    return f"{bad.count(BadFix.REJECTED)}/{len(bad)}"
 
 
 def _figures_section(name: str, sources: Sources, figure_files: list[str]) -> list[str]:
