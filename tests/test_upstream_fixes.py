@@ -31,9 +31,11 @@ ACCEPTED = [  # each accepted whole (speed and memory included) by a full grade,
     ("fp16_grad_underflow", "pr_6553_cast_training_params"),
     ("graph_kept_alive", "issue_19_no_grad"),
     ("loss_broadcast", "pr_230_no_squeeze"),
+    ("lr_scheduler_verbose", "pr_30_drop_verbose"),
     ("recompile_limit", "commit_f6020f71_dynamic"),
     ("state_dict_aliasing", "pr_668_deepcopy_state_dict"),
     ("target_out_of_bounds", "commit_d786714_mask_values"),
+    ("where_nan_grad", "commit_e1e27a3_boolean_indexing"),
 ]
 
 # (case, function, the first failing phase and its status, evidence in the verdict line): why, in each case's docstring
@@ -58,6 +60,7 @@ REJECTED = [
     ("torch_load_weights_only", "commit_dadc00d8_weights_only_false", "correct", "mismatch", "2 of 6 integers differ; 0 of"),
     ("torch_load_weights_only", "deepmd_pr_4147_weights_only_true", "fix", "raised", "Weights only load failed"),
     ("torch_load_weights_only", "comfyui_issue_102_force_no_weights_only_load", "correct", "mismatch", "2 of 6 integers differ; 0 of"),
+    ("where_nan_grad", "pr_83_merged_default_batchable", "correct", "mismatch", "12 of 17 floats beyond tolerance"),
 ]
 
 
