@@ -19,6 +19,7 @@ from tests.conftest import compose_config
 UPSTREAM = ROOT / "tests" / "fixes" / "upstream"
 
 ACCEPTED = [  # each accepted whole (speed and memory included) by a full grade, docs/history/upstream_fixes.md
+    ("attention_fully_masked_rows", "dgl_pr_2658_masked_fill_after_softmax"),
     ("autocast_device", "pr_3055"),
     ("backward_twice", "tutorial_h_state_data"),
     ("batchnorm_single_sample", "commit_c0fa60d_skip_small_minibatches"),
@@ -40,6 +41,7 @@ ACCEPTED = [  # each accepted whole (speed and memory included) by a full grade,
 
 # (case, function, the first failing phase and its status, evidence in the verdict line): why, in each case's docstring
 REJECTED = [
+    ("attention_fully_masked_rows", "pyg_pr_7902_nan_to_num", "correct", "mismatch", "41408 of 149986 floats beyond tolerance"),
     ("autocast_device", "pr_2882_first_commit", "fix", "raised", "Expected `self.device` to be `cpu` or `cuda`!"),
     ("autocast_device", "pr_2882_merged", "fix", "raised", "Expected `self.device` to be `cpu` or `cuda`!"),
     ("autocast_device", "speechbrain_1_1_0", "fix", "raised", "has no attribute 'device_type'"),
