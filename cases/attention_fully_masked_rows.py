@@ -63,9 +63,13 @@ Fix: DGL's (#2658, "the following line addresses the NaN issue, see https://gith
     written apart from DGL's module with the same parameters, one `torch.autograd.grad`; `correct` compares the
     predictions, the loss, all 55 gradients and the count of non-finite gradient elements (0 for the reference,
     41408 for the buggy code).
-    Wrong ones, each rejected: `nan_to_num` of the attention's output, as PyG's merged fix
+    Wrong ones, each rejected: `nan_to_num` of each attention's output, after PyG's merged fix
     (https://github.com/pyg-team/pytorch_geometric/pull/7902): the output rows it zeroes were dropped anyway, 13
-    gradients stay NaN (37312 elements); filling the mask with -1e-9 instead of -inf
+    gradients stay NaN (37312 elements); PyG's fix as written (commit deff5a46: one `x = x.nan_to_num()` after the
+    decoder blocks, tests/fixes/upstream/), graded: the decoders' output holds no NaN (the padded rows were packed
+    away), so all 14 NaN gradients (41408 elements) stay, the buggy code's. It mends PyG's own symptom, the NaN
+    output of an empty set (#7899), which this readout, every graph with nodes, does not have; filling the mask
+    with -1e-9 instead of -inf
     (https://github.com/sooftware/kospeech/issues/37: "Using `-1e-9` in `masked_fill_`: False"): no NaN, but -1e-9 is
     almost 0, not a large negative number, so every node attends to its graph's padding: the predictions 294% off the
     reference's norm, all 55 gradients off (265% together); `nan_to_num` of the gradients (a generic attempt): the 14
@@ -406,8 +410,8 @@ def speed_baseline(x):
 
 
 def attend_nan_to_num_output(e, mask, values):
-    """The NaN rows of the attention's output replaced by 0, as PyG's merged fix for the same empty rows did
-    (https://github.com/pyg-team/pytorch_geometric/pull/7902, `x = x.nan_to_num()` after the attention blocks)."""
+    """The NaN rows of each attention's output replaced by 0, after PyG's merged fix for the same empty rows
+    (https://github.com/pyg-team/pytorch_geometric/pull/7902, one `x = x.nan_to_num()` after the decoder blocks)."""
     return attend_buggy(e, mask, values).nan_to_num()
 
 

@@ -59,7 +59,9 @@ Fix: the "double where": sanitise each branch's input with a where of its own be
     100% of each one's reference norm off (33% of all 16 together), and x0, y0 and r_s no longer move; a hook that
     zeroes the non-finite per-pixel gradient of x = theta / r_s (a generic attempt): finite and plausible, kappa_s's
     gradients right, x0's 17%, y0's 12% and r_s's 13% off (4.4% of all 16 together), every path through h's
-    derivative dropped with the NaN. Its cost: two wheres on the input against the buggy code's nested where, the
+    derivative dropped with the NaN; and #83 as merged (caustics 435118b) with its default `use_case="batchable"`,
+    whose `_h_batchable` is the nested where again (the boolean indexing only under `use_case="differentiable"`):
+    the same 12 NaN gradients (tests/fixes/upstream/where_nan_grad.py). Its cost: two wheres on the input against the buggy code's nested where, the
     same formulas on every pixel: 1.016x [1.001, 1.031] eager, 0.993x [0.742, 1.329] compiled (torch 2.13.0, this
     loaded 2-core CPU; budget 1.5). The slow control, correct: the same helper called on one row of pixels at a time
     (a Python loop over the grid's 128 rows, marked `torch.compiler.disable`): 8.975x [5.078, 15.861] eager (its
