@@ -1,6 +1,9 @@
 """What the parent sees beside the samples (harness/measure/clock.py), judged on made-up timings."""
 
 import importlib
+import os
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -9,6 +12,7 @@ from harness.measure.anomaly import anomaly, clock_figures
 from harness.measure.clock import BlockTiming, TimedProcess, drive
 from harness.measure.timing import PairedSamples
 from harness.process.submitted import Submission
+from harness.process.tree import tree_cpu_s
 from harness.spec import RunSpec
 
 
@@ -237,3 +241,12 @@ def test_a_slow_control_just_over_its_budget_is_measured_on_until_it_clears_its_
     assert record.phases and all(c.status == "flagged" and c.figures["processes"] == processes for c in record.phases), [
         (c.status, c.figures.get("processes")) for c in record.phases
     ]
+
+
+def test_a_block_s_cpu_holds_the_children_that_ended_inside_it():
+    """A DataLoader's workers of one pass, or a process a submission starts and waits for, end inside the block:
+    their CPU is the block's (the model solution's reaped workers once read as a baseline kept off the CPU)."""
+    before = tree_cpu_s(os.getpid())
+    busy = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end:\n    pass"
+    subprocess.run([sys.executable, "-c", busy], check=True)
+    assert tree_cpu_s(os.getpid()) - before >= 0.35
