@@ -78,7 +78,7 @@ def test_a_wrong_fix_is_rejected_by_correctness(tmp_path, environment):
     assert phase(record, "correct").status == "mismatch" and "differs from the reference" in verdict.line
 
 
-def test_a_fix_shown_wrong_is_not_timed_and_the_verdict_names_only_what_showed_it(tmp_path, environment):
+def test_a_fix_shown_wrong_is_not_timed_nor_checked_again_and_the_verdict_names_only_what_showed_it(tmp_path, environment):
     verdict, record, _, _ = graded(
         tmp_path, environment, "embedding_oob", "embedding_fixes.py", "clamp_to_table", ["fix", "correct", "speed"]
     )
@@ -86,6 +86,7 @@ def test_a_fix_shown_wrong_is_not_timed_and_the_verdict_names_only_what_showed_i
     assert (speed.status, speed.ok, speed.seconds) == ("not_timed", False, 0.0), speed.message
     assert "correct: mismatch" in speed.message and "ratio" not in speed.figures
     assert first_failure(verdict) == "correct" and "speed" not in verdict.line
+    assert "correct:second_inputs" not in [p.phase for p in record.phases]  # other inputs would decide nothing more
 
 
 @pytest.mark.slow  # a speed grade (three timing children per process), as the exploit suite's speed attacks: 7 to 25 s

@@ -17,7 +17,7 @@ does not:
                                changed_inputs  a tensor, parameter, buffer, plain attribute or key of the inputs changed
                            `correct:second_inputs` does it again on inputs from a seed drawn for this grade
                            alone (`secrets`; recorded afterwards), in fresh processes: a remembered or
-                           hard-coded result fails there.
+                           hard-coded result fails there. It runs where `correct` passed.
     speed                  the submitted fix timed against the case's `fixed` (the model solution) on the
                            parent's clock (harness/measure/clock.py), judged against `speed.grade_budget` where a case
                            sets one, else `speed.budget`; then, first failure first:
@@ -130,7 +130,9 @@ def run_phase(phase: str, case: ModuleType, spec: RunSpec) -> Iterator[PhaseReco
         yield from _not_imported(phase, failed)
         return
     if phase == "correct":
-        yield correct(case, spec)
+        yield (first := correct(case, spec))
+        if not first.ok:  # wrong on the published inputs: other inputs would decide nothing more
+            return
         second = OmegaConf.merge(cfg, {"seed": private_seed(cfg.seed)})
         yield correct(case, dataclasses.replace(spec, case_cfg=second), "correct:second_inputs")
         return
