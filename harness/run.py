@@ -304,13 +304,13 @@ def run_spec(
     write_record(record, path)
     sources = grade.project_sources() if spec.graded else {}
     phase, started, appended = None, time.monotonic(), 0.0
-    run = grade.run_phase if spec.graded else run_phase  # the grading axis: the graded checks around fix, correct, speed
     try:
         for phase in spec.phases:
             on_phase(phase, None)
             started = time.monotonic()
-            skipped = grade.not_timed(phase, record.phases) if spec.graded else None
-            for phase_record in [skipped] if skipped else run(phase, case, spec):
+            # the grading axis: the graded checks around fix, correct and speed, which read the grade's records so far
+            records = grade.run_phase(phase, case, spec, record.phases) if spec.graded else run_phase(phase, case, spec)
+            for phase_record in records:
                 record.phases.append(phase_record)
                 appended = time.monotonic()
                 write_record(record, path)

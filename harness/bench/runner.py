@@ -40,7 +40,7 @@ GRADE_WALL_S = 3600.0  # the grader's own per-phase timeouts (timeout_s) end a h
 GRADER = ("-m", "harness")  # what grades one file: `python -m harness case=<case> fix=<file>:fix ...`
 # A grade's checks (memory only where the case sets a budget). Whether the failure reproduces on this torch is the
 # matrix's question, not each submission's: run again per grade it cost recompile_limit a compiled timing.
-GRADED_PHASES = ("fix", "correct", "speed", "memory")
+BENCH_PHASES = ("fix", "correct", "speed", "memory")
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE, EXIT_NO_DEVICE = 0, 1, 2, 3
 
 # Each grade's process sets these before it becomes `python -m harness`: it dies with the bench (PR_SET_PDEATHSIG),
@@ -64,7 +64,7 @@ class Settings:
     wall_s: float = GRADE_WALL_S  # per grade, the bench's bound on a grader that does not end
 
     def overrides(self) -> list[str]:
-        return [f"device={self.device}", f"compile={self.compile}", f"timeout_s={self.timeout_s:g}", f"phases=[{','.join(GRADED_PHASES)}]"]
+        return [f"device={self.device}", f"compile={self.compile}", f"timeout_s={self.timeout_s:g}", f"phases=[{','.join(BENCH_PHASES)}]"]
 
 
 def discover(fixes: Path, cases: list[str], out: Path) -> tuple[dict[str, list[Path]], list[Path]]:

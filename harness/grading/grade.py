@@ -83,7 +83,6 @@ __all__ = [  # the grade's entry points, for run.py, the bench and the tests: th
     "hint_problem",
     "integrity",
     "judge",
-    "not_timed",
     "phases_of_a_grade",
     "project_sources",
     "run_phase",
@@ -122,8 +121,12 @@ def not_timed(phase: str, earlier: list[PhaseRecord]) -> PhaseRecord | None:
     )
 
 
-def run_phase(phase: str, case: ModuleType, spec: RunSpec) -> Iterator[PhaseRecord]:
-    """As `harness.phases.run_phase`, with the graded checks in place of `correct` and around fix and speed."""
+def run_phase(phase: str, case: ModuleType, spec: RunSpec, earlier: list[PhaseRecord]) -> Iterator[PhaseRecord]:
+    """As `harness.phases.run_phase`, with the graded checks in place of `correct` and around fix and speed; `earlier`,
+    the grade's records so far, spares the measurements of a fix they show wrong (`not_timed`)."""
+    if (skipped := not_timed(phase, earlier)) is not None:
+        yield skipped
+        return
     cfg = spec.case_cfg
     failed = import_failure(spec.submission, spec.timeout_s) if phase in ("fix", "correct", "speed") else None
     if failed is not None:
