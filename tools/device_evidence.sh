@@ -9,7 +9,7 @@ set -u
 mode=${1:?a mode: eager, backends, speechbrain, tests, diagnose, profile, compiled, grade or suite}; shift
 cases=${*:-}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-log="$out/$mode.log"; [ -e "$log" ] && log="$out/$mode-$$.log"
+log="$out/$mode.log"; ( set -C; : >"$log" ) 2>/dev/null || log="$out/$mode-$$.log"  # lanes of one mode: a log each
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 
 if [ ! -e /tmp/site/.installed ] && mkdir /tmp/site.lock 2>/dev/null; then  # lanes started together: one installs
@@ -37,7 +37,7 @@ step() {  # step <name> <seconds> <command...>: bounded, timed, logged; a step t
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
     python3 -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "triton", triton.__version__, "nccl", torch.cuda.nccl.version())'
     nproc
-} >"$log" 2>&1
+} >>"$log" 2>&1
 
 glob=${cases:+$(echo "$cases" | tr ' ' ',')}
 select=${glob:+"case=$glob"}
@@ -57,7 +57,7 @@ speechbrain)  # autocast_device's upstream tier: the real Brain, on the speechbr
     step speechbrain-tier 60 python3 -m pytest -p no:cacheprovider -q -rA tests/test_autocast_device.py -k brain
     ;;
 tests)
-    step pytest-cuda 300 python3 -m pytest -m cuda -n "${WORKERS:-4}" -p no:cacheprovider -q -rA tests/test_cuda.py tests/test_class_weight_index.py \
+    step pytest-cuda 300 python3 -m pytest -m cuda -n "${WORKERS:-4}" -p no:cacheprovider -p tools.pytest_live_failures -q -rA tests/test_cuda.py tests/test_class_weight_index.py \
         tests/test_memory.py tests/test_autocast_device.py tests/test_confine.py
     ;;
 diagnose)  # cases: the questions of tools/cuda_diagnostics.py

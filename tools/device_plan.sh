@@ -6,14 +6,23 @@
 #        one, so that their slow controls are timed and the budget is set from what they show);
 #   3.   `pytest -m cuda`, then the correct alternatives graded;
 #   4-6. compiled (inductor): the cases without a CUDA inductor record.
+# Part `second`, for what a first call's time left (about 250 s): `pytest -m cuda` with its failures printed as they
+# happen, the alternatives not graded yet, and more of the inductor records.
 # Everything lands in $OUT as two archives: logs.tgz (logs) and records.tgz (results/).
-#   TORCH_ERROR_CASES_COMMIT=<sha> bash tools/device_plan.sh [seconds, default 530]
+#   TORCH_ERROR_CASES_COMMIT=<sha> bash tools/device_plan.sh [seconds, default 530] [first|second]
 set -u
 export END_AT=$(($(date +%s) + ${1:-530}))
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 E=tools/device_evidence.sh
 export LIMIT_S=600  # each step is cut at END_AT anyway
 
+if [ "${2:-first}" = second ]; then
+    (WORKERS=6 bash $E tests) &
+    (bash $E grade backward_twice where_nan_grad tied_weights_meta_init params_not_registered grad_accum_normalization) &
+    (bash $E grade target_out_of_bounds inplace_modified attention_fully_masked_rows eval_mode_mishandled state_dict_aliasing) &
+    (bash $E compiled where_nan_grad attention_fully_masked_rows params_not_registered) &
+    (bash $E compiled tied_weights_meta_init eval_mode_mishandled distributed_sampler_set_epoch) &
+else
 (bash $E eager attention_fully_masked_rows where_nan_grad tied_weights_meta_init params_not_registered eval_mode_mishandled \
     lr_scheduler_verbose dataloader_worker_replicas distributed_sampler_set_epoch dataloader_worker_killed) &
 (bash $E eager torch_load_weights_only target_out_of_bounds checkpoint_no_grad inplace_modified backward_twice fp16_grad_underflow \
@@ -30,6 +39,7 @@ export LIMIT_S=600  # each step is cut at END_AT anyway
     tied_weights_meta_init) &
 (bash $E compiled checkpoint_no_grad batchnorm_single_sample recompile_limit eval_mode_mishandled lr_scheduler_verbose \
     distributed_sampler_set_epoch dataloader_worker_replicas graph_kept_alive) &
+fi
 wait
 rm -f "$out"/*.tgz
 tar czf "$out/records.tgz" results/matrix/cuda results/cuda_backends results/cuda_grades 2>/dev/null
