@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 from cases import class_weight_index as case
 from harness.cases import CASE_CONFIG_DIR, ROOT
 from harness.measure.timing import estimate_ratio, paired_samples
-from tests.conftest import requires_cuda
+from tests.conftest import compose_config, requires_cuda
 
 SMALL = {"batch": 2, "height": 48, "width": 64, "image_height": 36}
 
@@ -265,8 +265,10 @@ def test_fixed_speed_against_upstream_on_valid_labels(benchmark):
 @requires_cuda
 @pytest.mark.cuda
 def test_on_cuda_the_lookup_fires_a_device_side_assert():
-    from harness.phases import RunSpec, reproduce
+    from harness.phases import reproduce
+    from harness.run import make_spec
 
-    cfg = OmegaConf.load(CASE_CONFIG_DIR / "class_weight_index.yaml")
-    record = reproduce(case, RunSpec(case="class_weight_index", device="cuda", timeout_s=300, case_cfg=cfg))
+    spec = make_spec(compose_config("case=class_weight_index", "device=cuda"), "cuda")  # the run's own spec: its GPU limits too
+    record = reproduce(case, spec)
     assert (record.status, record.ok) == ("reproduced", True), record.message
+    assert "index out of bounds" in record.figures["output_line"]

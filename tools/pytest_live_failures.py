@@ -6,8 +6,17 @@ moment it happens, not in a summary a killed run never reaches.
 
 import sys
 
+_in_worker = False
+
+
+def pytest_configure(config):
+    global _in_worker
+    _in_worker = hasattr(config, "workerinput")  # under xdist, the controller alone prints
+
 
 def pytest_runtest_logreport(report):
+    if _in_worker:
+        return
     if report.failed:
         sys.stderr.write(f"\nFAILED {report.nodeid} ({report.when}, {report.duration:.1f} s)\n{report.longreprtext[-4000:]}\n")
         sys.stderr.flush()
