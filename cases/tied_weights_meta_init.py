@@ -44,13 +44,14 @@ Symptom on CUDA: the same, silent: `Module._apply` builds a new Parameter for ea
         model.transformer.lm_head.weight is model.transformer.wte.weight
         False
 
-Symptom on CPU: nothing raises or warns (torch 2.13.0, run here). After `to_empty` the model holds 25 distinct
-    parameters, not 24, and 164,224 parameter elements, not 131,456: `output.weight` is a second 512 x 64 tensor, the
-    state dict holds two tensors for the two names, and AdamW steps them apart. After `init_weights` the embedding
-    holds its normal(0, 1) draw and the head its truncated normal(0, 1/8), where the tied model's one tensor holds the
-    latter; after 3 steps every parameter differs from the tied model's: the embedding by 8.3x the tied weight's norm,
-    the head by 2%, the first block's attention weights by 14-19%, and the losses read 6.69, 6.76, 6.71 for 8.01, 8.14,
-    7.99.
+Symptom on CPU: nothing raises or warns (torch 2.13.0, run here; the same on 2.4.1 to 2.11.0. On 2.3.1 the model
+    cannot be built: torchtitan's blocks use `nn.RMSNorm`, which arrived in torch 2.4). After `to_empty` the model
+    holds 25 distinct parameters, not 24, and 164,224 parameter elements, not 131,456: `output.weight` is a second
+    512 x 64 tensor, the state dict holds two tensors for the two names, and AdamW steps them apart. After
+    `init_weights` the embedding holds its normal(0, 1) draw and the head its truncated normal(0, 1/8), where the
+    tied model's one tensor holds the latter; after 3 steps every parameter differs from the tied model's: the
+    embedding by 8.3x the tied weight's norm, the head by 2%, the first block's attention weights by 14-19%, and the
+    losses read 6.69, 6.76, 6.71 for 8.01, 8.14, 7.99.
 
 Cause: `Module.to_empty` is `_apply(lambda t: torch.empty_like(t, device=device))`; a meta tensor and a CPU (or CUDA)
     tensor are not of compatible shallow-copy types, so `_apply` does not set `.data` in place but stores a new
