@@ -3,6 +3,7 @@ r"""The regression matrix: the whole harness under one torch release per session
     nox -s matrix                                # every version in TORCH_VERSIONS, then `latest`, one after another
     nox -s "matrix(torch='2.4.1')"               # one version
     nox -s "matrix(torch='latest')"              # the newest torch release on pip's configured index, resolved now
+    nox -s "matrix(torch='1.13.1')"              # an older release a case names for itself (its yaml's `extra_torch`): that case alone
     nox -s nightly                               # opt-in: PyTorch's nightly CPU build; a failed install skips it
     nox -R -s "matrix(torch='2.4.1')"            # rerun in the existing venv, skipping the install
     nox -s "matrix(torch='2.4.1')" -- phases=[reproduce]   # extra Hydra overrides for the harness
@@ -19,6 +20,12 @@ checks that the torch it got is <v>, then writes
 Compare a later run with one of them:
     pytest tests/test_benchmarks.py tests/test_class_weight_index.py --benchmark-only \
         --benchmark-storage=file://results/benchmarks --benchmark-compare='*_torch-2.4.1' --benchmark-compare-fail=median:15%
+
+A case may name releases of its own beyond TORCH_VERSIONS (`extra_torch` in its yaml: zero_grad_set_to_none's
+boundary is torch 2.0, so it names 1.13.1 and 2.0.1). Their sessions run those cases only, eager where the torch cannot
+compile on this Python (torch.compile is from 2.0, and 2.0's dynamo refuses Python 3.11), and skip the benchmarks
+(they time every case). The project asks for torch>=2.3, so they install the project's other requirements beside the
+old torch and the project itself without its dependencies; torch before 2.3 was built against numpy 1.
 
 The moving entries resolve <v> when they run: `latest` asks pip (`pip index versions torch`, through pip's
 own configuration of indexes) for the newest release; `nightly` installs the newest pre-release from
@@ -59,6 +66,8 @@ from packaging.version import Version
 
 # From the oldest release the harness supports (pyproject: torch>=2.3) to the newest on the registry.
 TORCH_VERSIONS = ["2.3.1", "2.4.1", "2.6.0", "2.9.1", "2.11.0", "2.13.0", "2.15.0"]
+# Releases cases name for themselves beyond TORCH_VERSIONS (`extra_torch: ["1.13.1", ...]` in conf/case/<case>.yaml).
+EXTRA_TORCH_KEY = re.compile(r"^extra_torch:\s*\[([^\]]*)\]", re.MULTILINE)
 LATEST = "latest"  # a moving entry: the newest release on the index when the session runs
 NIGHTLY_INDEX = "https://download.pytorch.org/whl/nightly/cpu"  # PyTorch's own index of nightly pre-releases
 DEVICE = "cpu"
@@ -81,14 +90,55 @@ nox.options.envdir = str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".c
 nox.options.sessions = ["matrix"]
 
 
+def _cases_naming(version: str | None = None) -> dict[str, list[str]]:
+    """{release: the cases whose yaml names it in `extra_torch`}, the releases not already in TORCH_VERSIONS."""
+    named: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "conf" / "case").glob("*.yaml")):
+        found = EXTRA_TORCH_KEY.search(path.read_text())
+        for release in re.findall(r"[\w.+]+", found.group(1)) if found else []:
+            if release not in TORCH_VERSIONS:
+                named.setdefault(release, []).append(path.stem)
+    return dict(sorted(named.items(), key=lambda item: Version(item[0])))
+
+
+EXTRA_TORCH = list(_cases_naming())  # each a session of its own: matrix(torch='1.13.1')
+
+
 @nox.session(reuse_venv=True)
-@nox.parametrize("torch", [*TORCH_VERSIONS, LATEST])
+@nox.parametrize("torch", [*TORCH_VERSIONS, *EXTRA_TORCH, LATEST])
 def matrix(session: nox.Session, torch: str) -> None:
-    """Run every case on CPU and the benchmarks under one torch release (or the newest: latest), in its own venv."""
+    """Run every case on CPU and the benchmarks under one torch release (or the newest: latest), in its own venv;
+    under a release a case names for itself (EXTRA_TORCH), that case alone."""
+    if torch in EXTRA_TORCH:
+        _extra_release(session, torch)
+        return
     version = _newest_release(session) if torch == LATEST else torch
     started = time.perf_counter()
     session.install("--no-cache-dir", f"torch=={version}", "-e", ".[test]")
     _run_matrix(session, entry=torch, version=version, install_s=time.perf_counter() - started)
+
+
+def _extra_release(session: nox.Session, version: str) -> None:
+    """The cases naming `version` in their yaml, under it: the project's requirements but torch, beside that torch."""
+    import tomllib
+
+    requirements = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    others = [requirement for requirement in requirements if not re.match(r"torch\b", requirement)]
+    numpy = ["numpy<2"] if Version(version) < Version("2.3") else []  # built against numpy 1
+    started = time.perf_counter()
+    session.install("--no-cache-dir", f"torch=={version}", *others, *numpy)
+    session.install("--no-cache-dir", "--no-deps", "-e", ".")
+    cases = [case for case in _cases_naming()[version] if not MATRIX_CASES or case in MATRIX_CASES]
+    modes = [mode for mode in COMPILE_MODES if mode == "off" or _can_compile(version)]
+    _run_matrix(
+        session, entry=version, version=version, install_s=time.perf_counter() - started, cases=cases, modes=modes, benchmarks=False
+    )
+
+
+def _can_compile(version: str) -> bool:
+    """torch.compile is from 2.0, and 2.0's dynamo refuses Python 3.11 and later (it runs there from 2.1)."""
+    release = Version(version)
+    return release >= Version("2.1") or (release >= Version("2.0") and sys.version_info < (3, 11))
 
 
 @nox.session(reuse_venv=True)
@@ -138,8 +188,19 @@ def _installed_torch(session: nox.Session) -> str:
     return session.run("python", "-c", "import torch; print(torch.__version__)", silent=True).strip().splitlines()[-1]
 
 
-def _run_matrix(session: nox.Session, entry: str, version: str, install_s: float) -> None:
-    """The harness and the benchmarks under the torch installed in the session's venv, which must be `version`."""
+def _run_matrix(
+    session: nox.Session,
+    entry: str,
+    version: str,
+    install_s: float,
+    cases: list[str] | None = None,
+    modes: list[str] | None = None,
+    benchmarks: bool = True,
+) -> None:
+    """The harness and the benchmarks under the torch installed in the session's venv, which must be `version`:
+    `cases` (MATRIX_CASES, or every case) in `modes` (COMPILE_MODES)."""
+    cases = cases if cases is not None else _matrix_cases()
+    modes = modes if modes is not None else COMPILE_MODES
     out = RESULTS / "matrix" / DEVICE / f"torch-{version}"
     venv = session.virtualenv
     cost: dict = {"entry": entry, "torch_requested": version, "device": DEVICE, "venv": venv.location}
@@ -155,18 +216,22 @@ def _run_matrix(session: nox.Session, entry: str, version: str, install_s: float
 
     cost["source_digest"] = _source_digest()  # the harness, cases and configs this run used (the tree may be dirty)
     cost["not_ok"], cost["harness_problems"] = [], []
-    for mode in COMPILE_MODES:
+    skipped = [mode for mode in COMPILE_MODES if mode not in modes]
+    if skipped:
+        cost["compile_skipped"] = {
+            mode: f"torch {version} cannot compile on Python {sys.version_info.major}.{sys.version_info.minor}" for mode in skipped
+        }
+    for mode in modes:
         folder = _mode_folder(out, mode)
-        for stale in [folder / case for case in _matrix_cases()] + [folder / "harness.log"]:  # this mode's records only
+        for stale in [folder / case for case in cases] + [folder / "harness.log"]:  # this mode's records only
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
         folder.mkdir(parents=True, exist_ok=True)
-        cases = ",".join(MATRIX_CASES) if MATRIX_CASES else "glob(*)"
         command = [
             "python",
             "-m",
             "harness",
             "-m",
-            f"case={cases}",
+            f"case={','.join(cases) if cases != _case_names() else 'glob(*)'}",
             f"device={DEVICE}",
             f"compile={mode}",
             f"speed.max_s={MATRIX_SPEED_MAX_S}",
@@ -177,18 +242,22 @@ def _run_matrix(session: nox.Session, entry: str, version: str, install_s: float
         key = _key(mode)
         cost[f"harness{key}_s"] = round(time.perf_counter() - started, 1)
         cost[f"harness{key}_exit"] = code
-        problems = _harness_problems(code, output, folder, mode)
-        cost["not_ok"] += _phases_not_ok(folder, mode, _matrix_cases())
+        problems = _harness_problems(code, output, folder, mode, cases)
+        cost["not_ok"] += _phases_not_ok(folder, mode, cases)
         cost["harness_problems"] += problems
         if problems:
-            _write_cost(out, cost)
+            _write_cost(out, cost, cases, modes)
             session.error(f"the harness broke under torch {installed}, compile={mode}: " + "; ".join(problems))
-    if os.environ.get("MATRIX_BENCHMARKS") == "0":
-        _write_cost(out, cost)
+    if os.environ.get("MATRIX_BENCHMARKS") == "0" or not benchmarks:
+        _write_cost(out, cost, cases, modes)
         session.log(
             f"torch {installed}: "
-            + ", ".join(f"compile={mode} harness exit {cost[f'harness{_key(mode)}_exit']}" for mode in COMPILE_MODES)
-            + "; benchmarks skipped (MATRIX_BENCHMARKS=0)"
+            + ", ".join(f"compile={mode} harness exit {cost[f'harness{_key(mode)}_exit']}" for mode in modes)
+            + (
+                "; benchmarks skipped (MATRIX_BENCHMARKS=0)"
+                if benchmarks
+                else f"; benchmarks skipped (they time every case; {', '.join(cases)} ran)"
+            )
         )
         return
 
@@ -206,11 +275,11 @@ def _run_matrix(session: nox.Session, entry: str, version: str, install_s: float
         saves += [newest] if newest else []
     saves = [path for path in saves if path.stat().st_mtime >= saved_after - 1]  # this run's
     cost["benchmark_file"] = str(saves[0]) if saves else None
-    _write_cost(out, cost)
+    _write_cost(out, cost, cases, modes)
 
     runs = ", ".join(
         f"harness{'' if mode == 'off' else ' ' + mode} exit {cost[f'harness{_key(mode)}_exit']} in {cost[f'harness{_key(mode)}_s']} s"
-        for mode in COMPILE_MODES
+        for mode in modes
     )
     summary = f"torch {installed}: {runs}, pytest exit {pytest_exit} in {cost['benchmark_s']} s"
     for miss in cost["not_ok"]:
@@ -273,7 +342,7 @@ def _record_name(case: str, mode: str) -> str:
     return f"{case}.{DEVICE}.json" if mode == "off" else f"{case}.{DEVICE}.{mode}.json"  # harness/run.py's record_name
 
 
-def _harness_problems(code: int, output: str, out: Path, mode: str = "off") -> list[str]:
+def _harness_problems(code: int, output: str, out: Path, mode: str = "off", cases: list[str] | None = None) -> list[str]:
     """Why this run says nothing about the cases (empty when it ran them all), as opposed to a phase missing its expectation."""
     problems = []
     if code not in (0, 1):
@@ -281,7 +350,7 @@ def _harness_problems(code: int, output: str, out: Path, mode: str = "off") -> l
     for marker in HARNESS_CRASH_MARKERS:
         if marker in output:
             problems.append(f"its output has {marker!r}")
-    for case in _matrix_cases():  # the cases this session ran (MATRIX_CASES, or every case)
+    for case in cases if cases is not None else _matrix_cases():  # the cases this session ran
         record = out / case / _record_name(case, mode)
         if not record.is_file():
             problems.append(f"no record for {case}")
@@ -317,21 +386,22 @@ def _disk_usage(path: Path) -> int:
     return int(du.stdout.split()[0]) * 1024
 
 
-def _write_cost(out: Path, cost: dict) -> None:
+def _write_cost(out: Path, cost: dict, cases: list[str] | None = None, modes: list[str] | None = None) -> None:
     """session.json; a run of fewer modes (MATRIX_COMPILE) keeps what an earlier run said of the others, and a run of
     fewer cases (MATRIX_CASES) keeps the earlier run's figures, its own listed under `partial_runs`."""
     path = out / "session.json"
     earlier = json.loads(path.read_text()) if path.is_file() else {}
+    modes = modes if modes is not None else COMPILE_MODES
     if MATRIX_CASES and earlier:
-        ran = set(COMPILE_MODES)
+        ran = set(modes)
         kept = [miss for miss in earlier.get("not_ok", []) if miss.get("case") not in MATRIX_CASES or miss.get("compile", "off") not in ran]
         partial = {
             "cases": MATRIX_CASES,
             **{key: value for key, value in cost.items() if key.startswith("harness") or key in ("source_digest", "torch_installed")},
         }
         cost = {**earlier, "not_ok": kept + cost.get("not_ok", []), "partial_runs": [*earlier.get("partial_runs", []), partial]}
-    elif set(COMPILE_MODES) != {"off", "inductor"} and earlier:
-        ran = set(COMPILE_MODES)
+    elif set(modes) != {"off", "inductor"} and earlier:
+        ran = set(modes)
         kept = [miss for miss in earlier.get("not_ok", []) if miss.get("compile", "off") not in ran]
         cost = {**earlier, **cost, "not_ok": kept + cost.get("not_ok", [])}
     path.write_text(json.dumps(cost, indent=2) + "\n")

@@ -100,10 +100,10 @@ def case_names() -> list[str]:
 
 
 def fork_server_modules(compiling: bool = False) -> list[str]:
-    """What the fork server imports before its first child: the phases, every case, for a run that compiles the
-    compiler (`harness.preload_compiler`), then each case's `preload`."""
+    """What the fork server imports before its first child: the phases, for a run that compiles the compiler
+    (`harness.preload_compiler`), then every case that imports on this torch and its `preload` (`harness.preload`)."""
     compiler = ["harness.preload_compiler"] if compiling else []
-    return ["harness.phases", *(f"cases.{name}" for name in case_names()), *compiler, "harness.preload"]
+    return ["harness.phases", *compiler, "harness.preload"]
 
 
 def config_names() -> list[str]:

@@ -50,9 +50,26 @@ def mode_of(cfg: Any) -> str:
 
 def problem(mode: Any) -> str | None:
     """Why `compile=<mode>` cannot run; None when it can."""
-    if mode is False or mode is None or mode in MODES:
+    if mode is False or mode is None or mode == "off":
         return None
-    return f"compile={mode}: choose one of {', '.join(MODES)} (torch.compile's backend; off runs eager)"
+    if mode not in MODES:
+        return f"compile={mode}: choose one of {', '.join(MODES)} (torch.compile's backend; off runs eager)"
+    return unable_to_compile()
+
+
+def unable_to_compile() -> str | None:
+    """Why this torch cannot compile on this Python (a case's older releases: the matrix runs them eager); None when it can."""
+    import sys
+
+    import torch
+    from torch.torch_version import TorchVersion
+
+    python = f"Python {sys.version_info.major}.{sys.version_info.minor}"
+    if not hasattr(torch, "compile"):
+        return f"torch {torch.__version__} has no torch.compile (it is from torch 2.0): run it with compile=off"
+    if TorchVersion(torch.__version__) < "2.1" and sys.version_info >= (3, 11):
+        return f"torch {torch.__version__} cannot compile on {python} (dynamo runs there from torch 2.1): run it with compile=off"
+    return None
 
 
 def case_config(case_cfg: Any, mode: str, kernel_threads: int | None = None) -> Any:
@@ -275,8 +292,12 @@ def graph_report(function: Callable, inputs: Any) -> dict[str, Any]:
 
 
 def graphs_compiled() -> int:
-    """Graphs dynamo has compiled in this process so far: more than a function's graphs means it recompiled."""
-    from torch._dynamo.utils import counters
+    """Graphs dynamo has compiled in this process so far: more than a function's graphs means it recompiled (0 on a
+    torch without dynamo, before 2.0)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return 0
 
     return int(counters["stats"]["unique_graphs"])
 

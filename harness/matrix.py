@@ -32,6 +32,7 @@ from harness.recordset import Record, RecordFormatError, load_records
 from harness.statuses import BadFix, Correct, Memory, SlowControl, Speed
 
 EXPECTATIONS = Path(__file__).resolve().parent.parent / "expectations.yaml"
+CASE_CONFIGS = Path(__file__).resolve().parent.parent / "conf" / "case"  # read for `extra_torch` only (PyYAML, no Hydra)
 EVERY_BAD_FIX = "bad_fix:*"  # an expectation key ending in ":*" covers every phase with that prefix (bad_fix:*, slow_fix:*)
 UNDECIDED = Speed.INCONCLUSIVE  # a speed verdict whose interval straddles the budget: never a pass, listed apart
 ENTRY_KEYS = ("torch", "devices", "compile", "why", "established")  # the rest of an entry's keys are phases
@@ -136,18 +137,12 @@ def table(records: list[Record]) -> str:
     for device in sorted(by_device):
         device_records = by_device[device]
         versions = sorted({record.torch for record in device_records}, key=Version)
-        cells = {(record.case, record.compile, record.torch): record for record in device_records}
-        lines += [
-            f"### {device}",
-            "",
-            "| case | compile | " + " | ".join(f"torch {v}" for v in versions) + " |",
-            "|---" * (len(versions) + 2) + "|",
-        ]
-        for case, mode in sorted(
-            {(record.case, record.compile) for record in device_records}, key=lambda key: (key[0], key[1] != "off", key[1])
-        ):
-            row = [_cell(cells.get((case, mode, version))) for version in versions]
-            lines.append(f"| `{case}` | {'eager' if mode == 'off' else mode} | " + " | ".join(row) + " |")
+        extra = [version for version in versions if version in extra_releases()]
+        lines += [f"### {device}", ""]
+        lines += _grid(device_records, [version for version in versions if version not in extra])
+        if extra:
+            lines += ["", "Older releases that cases name for themselves (`extra_torch` in their yaml), each run on those cases alone:", ""]
+            lines += _grid([record for record in device_records if record.torch in extra], extra)
         inconclusive = undecided(device_records)
         lines += ["", f"Speed verdicts inconclusive (ok, not a pass): {len(inconclusive)} of {len(device_records)} records."]
         lines += [
@@ -159,6 +154,23 @@ def table(records: list[Record]) -> str:
         lines += changes or ["- nowhere: every case behaves the same on every version"]
         lines.append("")
     return "\n".join(lines)
+
+
+def extra_releases() -> set[str]:
+    """The torch releases cases name beyond the matrix's own (`extra_torch` in conf/case/<case>.yaml)."""
+    return {
+        str(version) for path in CASE_CONFIGS.glob("*.yaml") for version in (yaml.safe_load(path.read_text()) or {}).get("extra_torch", [])
+    }
+
+
+def _grid(records: list[Record], versions: list[str]) -> list[str]:
+    """The markdown rows of case x torch version, a row per case and compile mode, for these versions."""
+    cells = {(record.case, record.compile, record.torch): record for record in records}
+    lines = ["| case | compile | " + " | ".join(f"torch {v}" for v in versions) + " |", "|---" * (len(versions) + 2) + "|"]
+    for case, mode in sorted({(record.case, record.compile) for record in records}, key=lambda key: (key[0], key[1] != "off", key[1])):
+        row = [_cell(cells.get((case, mode, version))) for version in versions]
+        lines.append(f"| `{case}` | {'eager' if mode == 'off' else mode} | " + " | ".join(row) + " |")
+    return lines
 
 
 def _cell(record: Record | None) -> str:

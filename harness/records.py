@@ -120,7 +120,7 @@ def probe_device() -> dict[str, Any]:
         "cuda_available": cuda_available,
         "cpu_threads": torch.get_num_threads(),
         "cpu": _cpu_model(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the vector ISA torch's CPU kernels dispatch to
+        "cpu_capability": _cpu_capability(torch),  # the vector ISA torch's CPU kernels dispatch to
     }
     if cuda_available:
         probe["cuda_device_count"] = torch.cuda.device_count()
@@ -128,6 +128,12 @@ def probe_device() -> dict[str, Any]:
         probe["cuda_capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
         probe["cuda_driver"] = _nvidia_driver()
     return probe
+
+
+def _cpu_capability(torch: Any) -> str | None:
+    """torch.backends.cpu is from torch 2.0 (None before: a case's older releases run beside the matrix's)."""
+    cpu = getattr(torch.backends, "cpu", None)
+    return cpu.get_cpu_capability() if cpu is not None else None
 
 
 def _cpu_model() -> str | None:

@@ -48,6 +48,7 @@ ACCEPTED = [  # each accepted whole (speed and memory included) by a full grade,
     ("tied_weights_meta_init", "accelerate_pr_1204_retie_parameters"),
     ("tied_weights_meta_init", "accelerate_pr_3154_retie_after_param_init"),
     ("where_nan_grad", "commit_e1e27a3_boolean_indexing"),
+    ("zero_grad_set_to_none", "pr_1172_set_to_none_false"),
 ]
 
 # (case, function, the first failing phase and its status, evidence in the verdict line): why, in each case's docstring

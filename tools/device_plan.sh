@@ -4,7 +4,8 @@
 # The next draw (what runs 3 and 4 of 2026-11-27 left, results/cuda_evidence/2026-11-27/README.md):
 #   1. `pytest -m cuda` whole, failures printed as they happen; then the alternatives not graded on CUDA yet;
 #   2-3. inductor for the cases without a complete CUDA inductor record, one case at a time per lane;
-#   4. dataloader_worker_killed eager (its memory phase is long), then more alternatives.
+#   4. zero_grad_set_to_none eager (new, never on CUDA), dataloader_worker_killed eager (its memory phase is long), then
+#      more alternatives.
 # Part `second`, for what a first call's time leaves (about 250 s): as run 4 ran it.
 # Everything lands in $OUT as two archives: logs.tgz (logs) and records.tgz (results/).
 #   TORCH_ERROR_CASES_COMMIT=<sha> bash tools/device_plan.sh [seconds, default 530] [first|second]
@@ -32,6 +33,7 @@ else
     (bash $E compiled lr_scheduler_verbose params_not_registered recompile_limit state_dict_aliasing state_dict_prefix \
         dataloader_worker_killed) &
     (
+        bash $E eager zero_grad_set_to_none  # the 30th case, not yet run on CUDA (its budget there is null)
         LIMIT_S=200 bash $E eager dataloader_worker_killed
         bash $E grade torch_load_weights_only state_dict_prefix lr_scheduler_verbose distributed_sampler_set_epoch \
             dataloader_worker_replicas recompile_limit ddp_unused_parameters multigpu_segfault graph_kept_alive \
