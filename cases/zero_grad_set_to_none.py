@@ -43,10 +43,10 @@ Fix: upstream's: `self.optimizer.zero_grad(set_to_none=False)` (pytorch/examples
     every gradient None, and SGD skips a parameter whose gradient is None, so the model silently stops training
     after round 1; assigning instead of adding (`p.grad = g`, a generic attempt), which keeps the last trainer's
     gradient only; and `self.model.zero_grad()` in place of the optimizer's (a generic attempt), whose default
-    changed with the optimizer's in the same PR, so it raises the same TypeError. The issue's own candidate,
-    `p.grad = torch.zeros_like(p)` once before the loop, is what upstream's `__init__` already does: it is why the
-    first round works and the second raises. On 1.13.1 the guard and the module's zero_grad train the reference's
-    weights (nothing is None there); the assignment is wrong on every release.
+    changed with the optimizer's in the same PR, so it raises the same TypeError. Filling the gradients with
+    zeros once before the loop (`p.grad = torch.zeros_like(p)`) is no fix either: upstream's `__init__` already does
+    it, which is why the first round works and the second raises. On 1.13.1 the guard and the module's zero_grad
+    train the reference's steps (nothing is None there); the assignment is wrong on every release.
     Cost: none to speak of: zeroing ~6,000 floats in place after each step, against the same training on a server
     that zeroes them by hand as torch did before 2.0: 0.996x to 1.017x on every release from 1.13.1 to 2.13.0, eager
     and compiled, the widest interval [0.943, 1.095] (2.9.1), against a 1.3x budget (timed over 250 rounds of 8x8
