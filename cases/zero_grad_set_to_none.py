@@ -54,7 +54,7 @@ Fix: upstream's: `self.optimizer.zero_grad(set_to_none=False)` (pytorch/examples
     mean gradient (quadratic in the rounds): 2.71x to 2.97x, its interval's low end 2.59 to 2.87, at least 1.99x the
     budget. Upstream's fix (tests/fixes/upstream/zero_grad_set_to_none.py) is graded accepted on 2.13.0, 0.999x
     [0.984, 1.013] against this fix; an alternative (tests/fixes/alternatives/zero_grad_set_to_none.py: the server
-    keeps its sums apart from `.grad` and leaves zero_grad's default) is accepted too.
+    keeps its sums apart from `.grad` and leaves zero_grad's default) is accepted in 10 grades of 10, 0.978x to 0.990x.
 """
 
 import copy
