@@ -120,6 +120,13 @@ triage_signs = TriageSigns(
             0,
             "a zero_grad() that does not take set_to_none (an older torch or a wrapper): not a `.grad` that is None",
         ),
+        Sign(
+            "veto",
+            r"leaf Variable that requires grad is being used in an in-place operation|modified by an inplace operation"
+            r"|element 0 of tensors does not require grad|Trying to backward through the graph a second time",
+            0,
+            "autograd refused the step itself: the `.grad` line the log shows is where another failure surfaced, not a None",
+        ),
     ),
 )
 

@@ -88,11 +88,10 @@ LAYERS = (  # lowest first: a module imports only modules of its own layer or of
             "harness.recordset",
             "harness.margins",
             "harness.triage",
-            "harness.preload",
             "harness.preload_compiler",
         ),
     ),
-    ("case contract", ("harness.cases", "harness.symptoms")),
+    ("case contract", ("harness.cases", "harness.symptoms", "harness.preload")),  # preload: the fork server imports every case
     ("process", ("harness.process",)),
     ("measurement", ("harness.measure",)),
     ("records", ("harness.records", "harness.spec")),

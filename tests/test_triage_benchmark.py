@@ -58,7 +58,9 @@ def test_figures_per_family_on_the_kept_apart_logs():
     # four misses here led to four signs of their families (a retold "unscale fp16 gradients", torch.compile's
     # OptimizedModule as the model loaded into, "Cuda Out of Memory" in any case and GPU memory growing in Chinese,
     # and clip_before_unscale no longer reading the fix's own comment as the bug): 58, 64 and 1 since, figures no
-    # longer kept apart for those four families.
+    # longer kept apart for those four families. On 2026-11-28 the new zero_grad_set_to_none claimed one near-miss here
+    # (SparseLLM's leaf-in-place error, whose log shows `s_batch.grad.zero_()`): its veto of autograd's own refusals
+    # was written after seeing it, so this set no longer keeps that family apart either.
     assert right >= GOAL_RIGHT * positives and claimed <= GOAL_CLAIMED * negatives
     assert top3 >= GOAL_TOP3 * positives, f"top 3: {top3} of {positives} (goal {GOAL_TOP3:.0%})"
 
