@@ -118,6 +118,8 @@ def _run(cfg: DictConfig, output_dir: Path, console: Console | None = None) -> _
     try:
         validate(cfg)
         if cfg.hint is not None:
+            if grade.hint_problem(cfg.case, cfg.hint):
+                raise ConfigError(grade.hint_problem(cfg.case, cfg.hint))
             print(grade.hint(cfg.case, cfg.hint))
             return _Outcome(EXIT_OK)
         if cfg.exercise is not None:

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -20,12 +17,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import compiled as compile_axis
 from harness.cases import case_names, case_text, contract_problems, fork_server_modules, load_case
-from harness.grading import grade
+from harness.grading.seam import BadSubmission, Grading, grading_of, submitted
 from harness.measure.footprint import MemorySettings
-from harness.phases import PHASES, SpeedSettings, run_phase
+from harness.phases import PHASES, SpeedSettings
 from harness.process.confine import Limits
 from harness.process.fork_server import preload
 from harness.process.isolate import run_isolated
+from harness.process.submitted import Submission
 from harness.records import CaseRecord, PhaseRecord, host_environment, now, probe_device, write_record
 from harness.spec import RunSpec
 from harness.statuses import Run
@@ -131,28 +129,20 @@ def validate(cfg: DictConfig) -> None:
                 raise ConfigError(f"case.{scope}.{key}={value}: sizes must be positive integers")
     if sum(cfg.get(key) is not None for key in ("fix", "hint", "exercise")) > 1:
         raise ConfigError("fix=, hint= and exercise= are separate commands: give one of them")
-    if cfg.get("hint") is not None and grade.hint_problem(cfg.case, cfg.hint):
-        raise ConfigError(grade.hint_problem(cfg.case, cfg.hint))
     if cfg.get("exercise") is not None and not str(cfg.exercise).strip():
         raise ConfigError("exercise=: name a directory for the starter file")
     submitted_fix(cfg)
 
 
-def submitted_fix(cfg: DictConfig) -> grade.Submission | None:
+def submitted_fix(cfg: DictConfig) -> Submission | None:
     """The fix= submission, checked (its import runs in a child, once per file version); None without fix=."""
     if cfg.get("fix") is None:
         return None
     preload_cases()  # the import check starts the fork server: let it preload the cases first
     try:
-        path = Path(str(cfg.fix).rpartition(":")[0]).expanduser()
-        return _checked_submission(str(cfg.fix), float(cfg.timeout_s), grade.file_sha256(path) if path.is_file() else "")
-    except grade.BadSubmission as error:
+        return submitted(str(cfg.fix), float(cfg.timeout_s))
+    except BadSubmission as error:
         raise ConfigError(str(error)) from None
-
-
-@functools.cache
-def _checked_submission(spec: str, timeout_s: float, sha256: str) -> grade.Submission:  # sha256: a changed file is checked again
-    return grade.submission(spec, timeout_s)
 
 
 def speed_settings(cfg: DictConfig) -> SpeedSettings:
@@ -206,21 +196,18 @@ class Plan:
     phases: tuple[str, ...]
 
 
-def compile_transform(plan: Plan, cfg: DictConfig, device: str, submitted: grade.Submission | None) -> Plan:
+def compile_transform(plan: Plan, cfg: DictConfig, device: str, grading: Grading) -> Plan:
     """The compile axis (harness/compiled.py): the mode, its tolerance and budgets, the kernels' thread count."""
     threads = int(cfg.speed.cpu_threads) if device == "cpu" else None
     return dataclasses.replace(plan, case_cfg=compile_axis.case_config(plan.case_cfg, compile_axis.mode_of(cfg), threads))
 
 
-def grading_transform(plan: Plan, cfg: DictConfig, device: str, submitted: grade.Submission | None) -> Plan:
-    """The grading axis (harness/grading/grade.py): the submission in the config, the phases that judge it, run as a grade."""
-    if submitted is None:
-        return plan
-    graded = grade.graded_config(plan.case_cfg, submitted)
-    return Plan(graded, tuple(grade.phases_of_a_grade(list(plan.phases), graded, device)))
+def grading_transform(plan: Plan, cfg: DictConfig, device: str, grading: Grading) -> Plan:
+    """The grading axis (harness/grading/seam.py): a grade's config (the submission, its budgets) and the phases that judge it."""
+    return Plan(*grading.plan(plan.case_cfg, plan.phases, device))
 
 
-def device_transform(plan: Plan, cfg: DictConfig, device: str, submitted: grade.Submission | None) -> Plan:
+def device_transform(plan: Plan, cfg: DictConfig, device: str, grading: Grading) -> Plan:
     """The device axis: the tolerance the device needs (`on_device`)."""
     return dataclasses.replace(plan, case_cfg=on_device(plan.case_cfg, device))
 
@@ -228,11 +215,11 @@ def device_transform(plan: Plan, cfg: DictConfig, device: str, submitted: grade.
 AXES = (compile_transform, grading_transform, device_transform)  # applied in this order, each once
 
 
-def plan_run(cfg: DictConfig, device: str, submitted: grade.Submission | None) -> Plan:
+def plan_run(cfg: DictConfig, device: str, grading: Grading) -> Plan:
     """The case as this run's axes leave it: one pass over `AXES`, one transform per axis; nothing goes back."""
     plan = Plan(cfg.case, tuple(cfg.phases))
     for transform in AXES:
-        plan = transform(plan, cfg, device, submitted)
+        plan = transform(plan, cfg, device, grading)
     return plan
 
 
@@ -253,15 +240,15 @@ def on_device(case_cfg: Any, device: str) -> Any:
 def make_spec(cfg: DictConfig, device: str) -> RunSpec:
     """The run, typed, made once where it starts from a config `validate` passed: the phases read its fields (the
     compile mode, the submission, the device, the settings), and the case config the run's axes leave (`plan_run`)."""
-    submitted = submitted_fix(cfg)
-    plan = plan_run(cfg, device, submitted)
+    grading = grading_of(submitted_fix(cfg))
+    plan = plan_run(cfg, device, grading)
     return RunSpec(
         case=str(cfg.case.name),
         device=device,
         timeout_s=float(cfg.timeout_s),
         case_cfg=plan.case_cfg,
         compile=compile_axis.mode_of(cfg),
-        submission=submitted,
+        submission=grading.submission,
         phases=plan.phases,
         speed=speed_settings(cfg),
         cpu_threads=int(cfg.speed.cpu_threads),
@@ -295,40 +282,35 @@ def run_spec(
     """
     preload_cases()
     case = load_case(spec.case)
-    # The submission's kernels, shared by its children alone: it may compile where compile=off too (a case that
-    # compiles itself, a fix that calls torch.compile), and each child compiling cold cost recompile_limit 30 s.
-    kernels = tempfile.mkdtemp(prefix="harness-grade-kernels-") if spec.graded else None
-    spec = dataclasses.replace(spec, limits=dataclasses.replace(spec.limits, kernels=kernels))
-    record = _new_record(spec, case, environment)
-    path = output_dir / record_name(spec.case, spec.device, spec.compile)
-    write_record(record, path)
-    sources = grade.project_sources() if spec.graded else {}
-    phase, started, appended = None, time.monotonic(), 0.0
-    try:
-        for phase in spec.phases:
-            on_phase(phase, None)
-            started = time.monotonic()
-            # the grading axis: the graded checks around fix, correct and speed, which read the grade's records so far
-            records = grade.run_phase(phase, case, spec, record.phases) if spec.graded else run_phase(phase, case, spec)
-            for phase_record in records:
-                record.phases.append(phase_record)
-                appended = time.monotonic()
-                write_record(record, path)
-                on_phase(phase, phase_record)
-    except JobCut as cut:  # finished_at stays None: the record was cut short, and its last phase says where
-        _record_cut(record, phase, cut, started, appended)
+    grading = grading_of(spec.submission)
+    with grading.session(spec) as spec:
+        record = _new_record(spec, case, environment)
+        path = output_dir / record_name(spec.case, spec.device, spec.compile)
         write_record(record, path)
-        cut.record_path = path
-        on_phase(str(phase), record.phases[-1])
-        raise
-    finally:
-        if kernels is not None:
-            shutil.rmtree(kernels, ignore_errors=True)
-        if spec.graded:  # the sources are checked, and restored, even when grading stopped half-way
-            _check_integrity(sources, record, path, on_phase)
+        phase, started, appended = None, time.monotonic(), 0.0
+        try:
+            for phase in spec.phases:
+                on_phase(phase, None)
+                started = time.monotonic()
+                for phase_record in grading.run_phase(phase, case, spec, record.phases):
+                    record.phases.append(phase_record)
+                    appended = time.monotonic()
+                    write_record(record, path)
+                    on_phase(phase, phase_record)
+        except JobCut as cut:  # finished_at stays None: the record was cut short, and its last phase says where
+            _record_cut(record, phase, cut, started, appended)
+            write_record(record, path)
+            cut.record_path = path
+            on_phase(str(phase), record.phases[-1])
+            raise
+        finally:  # a grade's sources are checked, and restored, even when it stopped half-way
+            for name in grading.at_close:
+                on_phase(name, None)
+                record.phases.append(grading.check_at_close(name, record, path.parent))
+                write_record(record, path)
+                on_phase(name, record.phases[-1])
     record.finished_at = now()
-    if spec.graded:
-        record.verdict = grade.verdict(record).line
+    record.verdict = grading.verdict(record)
     write_record(record, path)
     return record, path
 
@@ -344,13 +326,6 @@ def _new_record(spec: RunSpec, case: ModuleType, environment: dict[str, Any]) ->
         config=spec.config,
         graded_fix=spec.submission,
     )
-
-
-def _check_integrity(sources: dict, record: CaseRecord, path: Path, on_phase: Callable[[str, PhaseRecord | None], None]) -> None:
-    on_phase("integrity", None)
-    record.phases.append(grade.integrity(sources, record, path.parent / "displaced"))
-    write_record(record, path)
-    on_phase("integrity", record.phases[-1])
 
 
 def _record_cut(record: CaseRecord, phase: str | None, cut: JobCut, started: float, appended: float) -> None:

@@ -17,16 +17,18 @@ requires_cuda = pytest.mark.skipif(not CUDA_AVAILABLE, reason="needs a CUDA devi
 
 
 MAX_WORKERS = 8
+UNTIMED = "slow and untimed"  # the slow tests that time nothing (pyproject's `untimed` marker): a worker per core too
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto` (pyproject's addopts): the plain run is a thousand small tests, most of them a child process or
     several, so one worker per core takes its time down by as much as there are cores. A run that selects the slow
     tests (`-m slow`, `-m ''`) or times benchmarks gets none: its grades' speed phases and its benchmarks are timings,
-    and a timing needs the machine to itself."""
+    and a timing needs the machine to itself. The slow tests that time nothing (`-m "slow and untimed"`, UNTIMED) get a
+    worker per core again."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
-    if config.getoption("markexpr", "") != "not slow" or any(
+    if config.getoption("markexpr", "") not in ("not slow", UNTIMED) or any(
         config.getoption(option, None) for option in ("benchmark_only", "benchmark_save", "benchmark_autosave", "benchmark_compare")
     ):
         return 0

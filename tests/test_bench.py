@@ -225,6 +225,7 @@ def test_a_run_killed_half_way_ends_with_the_same_scoreboard_and_grades_nothing_
     assert not stand_in_processes(), "the killed run's grade was left running"
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # three bench processes (9 s); the resume it relies on runs fast above
 def test_a_file_that_kills_the_bench_twice_is_not_graded_a_third_time(tmp_path):
     fixes = fixes_folder(tmp_path / "fixes", {"embedding_oob": "killbench", "codebook_oob": "accept"})
@@ -257,13 +258,15 @@ def test_a_run_picks_up_only_with_the_same_settings_and_bad_usage_exits_2(tmp_pa
 # -- reference runs: every case graded for real ---------------------------------------------------------------
 
 
-def reference_run(tmp_path):
-    """The bench's whole grade of every file in tmp_path/fixes: its scoreboard."""
-    code, output = finished(bench("grade", str(tmp_path / "fixes"), "--out", str(tmp_path / "out"), stand_in=False), timeout=3600)
+def reference_run(tmp_path, cases: list[str] | None = None):
+    """The bench's whole grade of every file in tmp_path/fixes (of `cases`' alone where given): its scoreboard."""
+    only = ["--cases", ",".join(cases)] if cases else []
+    code, output = finished(bench("grade", str(tmp_path / "fixes"), "--out", str(tmp_path / "out"), *only, stand_in=False), timeout=3600)
     assert code == 0, output
     return board(tmp_path / "out")
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # recompile_limit's compiles: 30 to 90 s of it
 def test_the_cases_own_fixes_written_as_submissions_are_correct_fixes(tmp_path, environment):
     """`bench solutions` writes each case's model solution as a submission; graded, each passes fix and correct. Not
@@ -291,15 +294,30 @@ def test_the_alternatives_are_all_accepted(tmp_path):
     assert got["summary"]["accepted"] == got["summary"]["tasks"] == len(case_names()), scoreboard.markdown(got)
 
 
+MEASURED_STARTERS = [name for name in case_names() if failure_on_cpu_is(name, Slow, Growth)]  # right in value: timed or stepped
+
+
+@pytest.mark.untimed
 @pytest.mark.slow
-def test_the_starters_are_none_accepted(tmp_path):
-    """None accepted; a starter whose failure is a measurement (time, memory kept) is rejected by it, as its case's own
-    symptom. The others' rejection by their fix or correct phase is checked case by case in tests/test_grade.py."""
+def test_the_starters_right_in_nothing_are_none_accepted(tmp_path):
+    """None accepted, each rejected by fix or correct (case by case in tests/test_grade.py): no starter here reaches a
+    measurement, so they run with the slow tests that time nothing."""
     tasks.write_tasks(tmp_path / "fixes")
-    got = reference_run(tmp_path)
-    assert got["summary"]["attempted"] == len(case_names()) and got["summary"]["accepted"] == 0, scoreboard.markdown(got)
+    shown_wrong = [name for name in case_names() if name not in MEASURED_STARTERS]
+    got = reference_run(tmp_path, shown_wrong)
+    assert got["summary"]["attempted"] == len(shown_wrong) and got["summary"]["accepted"] == 0, scoreboard.markdown(got)
     assert all(r["status"] == "rejected" for r in got["cases"].values()), scoreboard.markdown(got)
+
+
+@pytest.mark.slow
+def test_the_starters_whose_failure_is_a_measurement_are_rejected_by_it(tmp_path):
+    """A starter whose failure is a measurement (time, memory kept) is right in value: its speed or memory phase
+    rejects it, as its case's own symptom; a timing, so one at a time."""
+    tasks.write_tasks(tmp_path / "fixes")
+    got = reference_run(tmp_path, MEASURED_STARTERS)
+    assert got["summary"]["attempted"] == len(MEASURED_STARTERS) and got["summary"]["accepted"] == 0, scoreboard.markdown(got)
     for name, result in got["cases"].items():
+        assert result["status"] == "rejected", result
         if failure_on_cpu_is(name, Slow):
             assert result["first_failing"] == "speed: over_budget" and "the case's own symptom, slow" in result["verdict"], result
         elif failure_on_cpu_is(name, Growth):  # a graph kept alive is slower too: memory may be the second check failing
@@ -333,6 +351,7 @@ def exploit_rounds(folder: Path) -> list[Path]:
     return sorted(folder.iterdir())
 
 
+@pytest.mark.untimed
 @pytest.mark.slow
 def test_no_attack_is_accepted(tmp_path):
     accepted = []
@@ -363,6 +382,7 @@ def fix(x):
 """
 
 
+@pytest.mark.untimed
 @pytest.mark.slow
 def test_a_file_that_signals_or_hangs_its_grader_gets_a_named_verdict(tmp_path):
     fixes = tmp_path / "fixes"

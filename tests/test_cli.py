@@ -72,6 +72,7 @@ def test_bad_options_are_refused_before_anything_runs(tmp_path, override, messag
     assert not (tmp_path / "run" / "embedding_oob.cpu.json").exists()
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # every case's reproduce phase in one sweep: 10 to 20 s (tests/test_launchers.py's sweeps stay in the plain run)
 def test_multirun_runs_every_case(tmp_path):
     run = harness("-m", "case=glob(*)", "device=cpu", "phases=[reproduce]", tmp_path=tmp_path)

@@ -76,6 +76,7 @@ def test_compiled_children_generate_kernels_for_the_speed_phase_s_threads():
     assert "kernel_threads" not in compile_axis.as_users_run_it(compile_axis.case_config(case_cfg, "inductor", 1))  # reproduce
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # two cold inductor compiles (30-38 s); the config it relies on is checked above, fast
 def test_a_kernel_compiled_at_one_torch_thread_count_serves_another_once_kernel_threads_are_set(tmp_path):
     # A phase's child runs torch at the machine's threads, a timing child at speed.cpu_threads: with the count
@@ -122,6 +123,7 @@ def compiled_embedding(environment, tmp_path_factory):
     return run_case(cfg, "cpu", tmp_path_factory.mktemp("compiled"), environment)
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # compiles embedding_oob's functions with a cold kernel cache: 25 to 60 s, shared by the two tests that read it
 def test_the_compiled_lookup_fails_differently_from_eager_and_the_record_says_how(compiled_embedding):
     record, path = compiled_embedding
@@ -137,6 +139,7 @@ def test_the_compiled_lookup_fails_differently_from_eager_and_the_record_says_ho
         assert reproduce.status == "aborted", f"{reproduce.status}: reproduce compiled for one thread (kernel_threads), not as users run it"
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # compiles embedding_oob's functions with a cold kernel cache: 25 to 60 s, shared by the two tests that read it
 def test_the_fix_compiles_as_one_graph_and_matches_the_eager_reference(compiled_embedding):
     record, _ = compiled_embedding
@@ -235,6 +238,7 @@ def test_the_fork_server_of_a_compiled_run_holds_the_compiler_imported_and_probe
     assert not stats.get("unique_graphs"), stats  # the children compile; the fork server never does
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # a compiled run from the command line: 12 to 30 s
 def test_a_compiled_run_leaves_no_semaphore_for_the_resource_tracker_to_report(tmp_path):
     # Inductor's progress bar made tqdm create a multiprocessing lock in every compiled child, which ends with

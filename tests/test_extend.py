@@ -159,6 +159,7 @@ def test_the_recipes_name_the_files_these_tests_edit():
         assert named in text, f"extend.md no longer says {named!r}: update the recipe and this test together"
 
 
+@pytest.mark.untimed
 @pytest.mark.slow
 def test_a_case_costs_only_its_own_files(copy: Path):
     add_the_toy_case(copy)
@@ -197,6 +198,7 @@ def input_bytes(case: ModuleType, spec) -> "PhaseRecord":
 '''
 
 
+@pytest.mark.untimed
 @pytest.mark.slow
 def test_a_phase_costs_its_module_and_one_table_entry(copy: Path):
     add_the_toy_case(copy)
@@ -243,6 +245,7 @@ def reproduce_printed(symptom, case, cfg, settings, result):
 '''
 
 
+@pytest.mark.untimed
 @pytest.mark.slow
 def test_a_failure_kind_costs_its_class_and_its_judge(copy: Path):
     add_the_toy_case(copy)

@@ -72,6 +72,13 @@ def test_the_harness_imports_without_circles():
     assert circles(graph) == []
 
 
+def test_a_run_reaches_grading_through_its_one_seam():
+    """harness/run.py calls grading at the same points whether or not it grades (harness/grading/seam.py), and
+    imports nothing else of grading/: a new graded check costs grading/ alone."""
+    graph = import_graph()
+    assert {module for module in graph["harness.run"] if module.startswith("harness.grading")} == {"harness.grading.seam"}
+
+
 def test_each_phase_module_is_small_enough_to_read():
     """The phases are a package of one module a phase (issue 36): none grows past 400 lines."""
     sizes = {path.name: len(path.read_text().splitlines()) for path in (HARNESS / "phases").glob("*.py")}

@@ -127,6 +127,7 @@ def test_slurm_shows_in_the_cli_config():
 # -- jobs in other processes ------------------------------------------------------------------
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # workers or programs that each start a fork server: 40 to 50 s
 @needs_joblib
 def test_local_parallel_runs_every_case_in_worker_processes(tmp_path):
@@ -143,6 +144,7 @@ def test_local_parallel_runs_every_case_in_worker_processes(tmp_path):
     assert all(name in summary for name in case_names())
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # workers or programs that each start a fork server: 40 to 50 s
 @needs_joblib
 def test_local_parallel_exit_status_is_the_worst_job_s(tmp_path):
@@ -155,6 +157,7 @@ def test_local_parallel_exit_status_is_the_worst_job_s(tmp_path):
     assert "timeout_s=0.01" in summary and "timeout" in summary and "reproduced" in summary
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # workers or programs that each start a fork server: 40 to 50 s
 @needs_joblib
 @pytest.mark.skipif(CUDA_AVAILABLE, reason="checks the error on a machine without CUDA")
@@ -164,6 +167,7 @@ def test_local_parallel_reports_a_missing_device(tmp_path):
     assert run.stdout.count("no CUDA") >= 2  # one note per job in the summary
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # workers or programs that each start a fork server: 40 to 50 s
 @needs_submitit
 def test_submitit_runs_jobs_as_separate_programs_like_slurm_jobs(tmp_path):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 
+from harness.grading.seam import Graded, Ungraded, grading_of
+from harness.records import CaseRecord
 from harness.run import make_spec, validate
 from harness.spec import RunSpec
 from tests.conftest import compose_config
@@ -35,3 +38,33 @@ def test_a_graded_spec_names_its_submission_and_the_case_config_carries_it_to_th
     assert spec.case_cfg.submitted_fix.sha256 == spec.submission.sha256
     assert "slow_fixes" not in spec.phases  # a grade leaves the case's own controls out
     assert pickle.loads(pickle.dumps(spec)) == spec
+
+
+def test_a_run_without_a_submission_is_ungraded_and_a_grade_closes_with_integrity(tmp_path):
+    """The grading seam (harness/grading/seam.py): the same five points whether or not a run grades."""
+    cfg = compose_config("case=embedding_oob", "device=cpu", "fix=tests/fixes/alternatives/embedding_oob.py:embedding_oob")
+    validate(cfg)
+    spec = make_spec(cfg, "cpu")
+    plain = grading_of(None)
+    assert (
+        isinstance(plain, Ungraded)
+        and plain.at_close == ()
+        and plain.plan(cfg.case, ("reproduce", "slow_fixes"), "cpu")
+        == (
+            cfg.case,
+            ("reproduce", "slow_fixes"),
+        )
+    )
+    assert plain.verdict(CaseRecord("embedding_oob", "", "cpu", "now", {}, {})) is None
+    with plain.session(spec) as same:
+        assert same is spec
+
+    graded = grading_of(spec.submission)
+    assert isinstance(graded, Graded) and graded.at_close == ("integrity",)
+    with graded.session(spec) as inside:
+        kernels = inside.limits.kernels
+        assert kernels and os.path.isdir(kernels) and spec.limits.kernels is None
+        record = CaseRecord("embedding_oob", "", "cpu", "now", {}, {})
+        closing = graded.check_at_close("integrity", record, tmp_path)
+    assert closing.phase == "integrity" and closing.ok, closing
+    assert not os.path.exists(kernels)  # the grade's kernels folder goes with its session

@@ -209,6 +209,7 @@ def test_new_speed_verdicts_draw_their_interval_and_cuda_records_replace_not_yet
     assert before.shape != after.shape or not np.array_equal(before, after)
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # writes every case's material five times (11-13 s); test_committed_pages_notebooks_and_figures_are_in_sync runs --check's comparison fast
 def test_check_names_each_stale_file_and_exits_1(tmp_path, generated, capsys):
     out = tmp_path / "cases"
@@ -263,6 +264,7 @@ def executed_notebooks() -> dict[str, subprocess.CompletedProcess]:
         return dict(zip(case_names(), pool.map(execute, case_names())))
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # a kernel per notebook, every phase of the case again (tests/test_cases_cpu.py runs them): 10 to 85 s each
 @pytest.mark.parametrize("name", case_names())
 def test_each_notebook_runs_top_to_bottom_on_cpu(executed_notebooks, name):

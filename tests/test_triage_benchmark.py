@@ -3,7 +3,7 @@ results, never by a timed assert), and its figures per family on the logs kept a
 
 from harness.cases import ROOT
 from harness.triage import LOOKALIKES, _first_match, _normalise_text, _raw_lines, _Search, load_signs, triage
-from tests.test_triage import KEPT_APART, KEPT_APART_2, _figures
+from tests.test_triage import KEPT_APART, KEPT_APART_2, KEPT_APART_3, _figures
 
 LINES = 10_000
 # The goals of issue 49 on the kept-apart logs: family verdict right, right case in the top 3, negatives claimed.
@@ -79,3 +79,20 @@ def test_figures_per_family_on_the_second_kept_apart_set():
     print(f"\nsecond kept-apart set: right {right}/{positives}, top 3 {top3}/{positives}, claimed {claimed}/{negatives}")
     assert (positives, negatives) == (41, 24)
     assert right >= 36 and top3 >= 39 and claimed <= 1, (right, top3, claimed)
+
+
+def test_figures_per_family_on_the_third_kept_apart_set():
+    """The third kept-apart set (tests/triage_logs_keptapart3/, collected 2026-11-28 from repositories absent from every
+    other set and from the project; its README says how), 74 logs. Measured once, before any sign was changed for it:
+    32 of 51 right (63%), 44 of 51 in the top 3 (86%), 1 of 23 claimed (4%), short of the goals of issue 49 on the first
+    two. The 19 misses are mostly prose and fix descriptions (lr_scheduler_verbose's PRs, params_not_registered,
+    attention_fully_masked_rows, codebook_oob) and families wider than their case (multigpu_segfault: one process on
+    three GPUs). The floor below holds what was measured, so that a later change of signs cannot lose it unseen."""
+    figures = _figures(KEPT_APART_3)
+    print(f"\n{'family':30} {'right':>7} {'top 3':>7} {'claimed':>9}")
+    for family, (positives, right, top3, _, negatives, claimed) in figures.items():
+        print(f"{family:30} {right:>3}/{positives:<3} {top3:>3}/{positives:<3} {claimed:>4}/{negatives:<4}")
+    positives, right, top3, _, negatives, claimed = (sum(column) for column in zip(*figures.values()))
+    print(f"third kept-apart set: right {right}/{positives}, top 3 {top3}/{positives}, claimed {claimed}/{negatives}")
+    assert (positives, negatives) == (51, 23)
+    assert right >= 32 and top3 >= 44 and claimed <= 1, (right, top3, claimed)

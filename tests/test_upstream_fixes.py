@@ -110,6 +110,7 @@ def graded(tmp_path, environment, case, function, phases=("fix", "correct")):
     return grade.verdict(record), record
 
 
+@pytest.mark.untimed
 @pytest.mark.slow  # a grade each, 10 to 100 s (recompile_limit compiles)
 @pytest.mark.parametrize("case, function", ACCEPTED, ids=[f"{case}-{function}" for case, function in ACCEPTED])
 def test_an_upstream_fix_the_harness_accepts_stays_accepted(tmp_path, environment, case, function):
@@ -117,6 +118,7 @@ def test_an_upstream_fix_the_harness_accepts_stays_accepted(tmp_path, environmen
     assert verdict.accepted, verdict.line
 
 
+@pytest.mark.untimed
 @pytest.mark.slow
 @pytest.mark.parametrize("case, function, phase, status, evidence", REJECTED, ids=[f"{r[0]}-{r[1]}" for r in REJECTED])
 def test_an_upstream_fix_the_case_explains_is_rejected_by_its_check(tmp_path, environment, case, function, phase, status, evidence):
@@ -127,6 +129,7 @@ def test_an_upstream_fix_the_case_explains_is_rejected_by_its_check(tmp_path, en
     assert next(p for p in record.phases if p.phase == phase).status == status
 
 
+@pytest.mark.untimed
 @pytest.mark.slow
 @pytest.mark.parametrize("case, function", REJECTED_BY_MEMORY, ids=[f"{case}-{function}" for case, function in REJECTED_BY_MEMORY])
 def test_an_upstream_fix_that_keeps_memory_is_rejected_by_the_memory_verdict(tmp_path, environment, case, function):
