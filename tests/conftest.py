@@ -20,6 +20,17 @@ MAX_WORKERS = 8
 UNTIMED = "slow and untimed"  # the slow tests that time nothing (pyproject's `untimed` marker): a worker per core too
 
 
+def pytest_configure(config) -> None:
+    """A run of a worker per core (the plain run, and the slow tests that time nothing) runs every process one OpenMP
+    thread: torch's default, a thread per core, has two workers' processes oversubscribe the cores, and an OpenMP thread
+    that waits at a barrier spins. On this 2-core machine (2026-11-28, warm caches) four notebooks two at a time took
+    141 s at torch's default and 97 s at one thread; two training loops side by side did 4347 steps at two threads
+    each and 13577 at one. A timed run (no workers) keeps torch's default, and a thread count the user set wins."""
+    workers = getattr(config.option, "numprocesses", None)
+    if not hasattr(config, "workerinput") and isinstance(workers, int) and workers > 1:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")  # the workers, and every process they start, inherit it
+
+
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto` (pyproject's addopts): the plain run is a thousand small tests, most of them a child process or
     several, so one worker per core takes its time down by as much as there are cores. A run that selects the slow

@@ -66,7 +66,8 @@ REJECTED = [
     ("ddp_unused_parameters", "deactivate_layerdrop", "correct", "mismatch", "max |diff| 0.00595"),
     ("eval_mode_mishandled", "torchtune_pr_1049_model_eval", "correct", "mismatch", "in ['training_after']"),
     ("graph_kept_alive", "issue_12_data_index", "fix", "raised", "invalid index of a 0-dim tensor"),
-    ("state_dict_aliasing", "smact_pr_601_shallow_copy", "correct", "mismatch", "relative error 0.105"),
+    # its relative error is 0.105 at torch's two threads and 0.106 at one (a worker per core runs one): not evidence
+    ("state_dict_aliasing", "smact_pr_601_shallow_copy", "correct", "mismatch", "max |diff| 1.05"),
     ("state_dict_prefix", "zsgnet_issue_14_strict_false", "correct", "mismatch", "max |diff| 1.33"),
     ("state_dict_prefix", "crop_classification_issue_11_replace", "fix", "raised", "Error(s) in loading state_dict for UNet3D"),
     ("target_out_of_bounds", "commit_8f317cb_nearest", "fix", "raised", "Target 255 is out of bounds"),
