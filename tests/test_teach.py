@@ -239,11 +239,13 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys):
     assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
 
 
+# A cell's limit: ddp_unused_parameters' compiled cell (two ranks compiling, cold) took 93 s alone and over 180 s
+# beside another notebook and another worker's tests on a slower 2-core machine (2026-11-28); the cell is not a timing.
 EXECUTE_NOTEBOOK = """
 import sys, nbformat
 from nbclient import NotebookClient
 book = nbformat.read(sys.argv[1], as_version=4)
-NotebookClient(book, timeout=180, kernel_name="python3", resources={"metadata": {"path": sys.argv[2]}}).execute()
+NotebookClient(book, timeout=600, kernel_name="python3", resources={"metadata": {"path": sys.argv[2]}}).execute()
 print("\\n".join(output.get("text", "") for cell in book.cells if cell.cell_type == "code" for output in cell.outputs))
 """
 
@@ -256,9 +258,9 @@ def executed_notebooks() -> dict[str, subprocess.CompletedProcess]:
     def execute(name):
         command = [sys.executable, "-c", EXECUTE_NOTEBOOK, str(DOCS / f"{name}.ipynb"), str(DOCS)]
         try:
-            return subprocess.run(command, capture_output=True, text=True, timeout=900)
+            return subprocess.run(command, capture_output=True, text=True, timeout=1200)
         except subprocess.TimeoutExpired:
-            return subprocess.CompletedProcess(command, -9, "", f"{name}.ipynb did not finish in 900 s")
+            return subprocess.CompletedProcess(command, -9, "", f"{name}.ipynb did not finish in 1200 s")
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(2, len(os.sched_getaffinity(0))))) as pool:
         return dict(zip(case_names(), pool.map(execute, case_names())))
