@@ -185,7 +185,10 @@ def _newest_release(session: nox.Session) -> str:
 
 
 def _installed_torch(session: nox.Session) -> str:
-    return session.run("python", "-c", "import torch; print(torch.__version__)", silent=True).strip().splitlines()[-1]
+    printed = session.run("python", "-c", "import torch; print(torch.__version__)", silent=True)
+    if printed is None:  # `nox --install-only`: the venv is built, and nothing runs in it
+        session.skip("--install-only: the venv is ready")
+    return printed.strip().splitlines()[-1]
 
 
 def _run_matrix(
