@@ -90,3 +90,13 @@ def test_the_tolerance_excess_says_how_many_tolerances_the_worst_element_is_away
     assert "tolerance_excess" not in compare(want, want, atol=0.0, rtol=0.0)
     both_infinite = compare(torch.tensor([float("inf"), 2.0, 1.001]), torch.tensor([float("inf"), 2.0, 1.0]), atol=1e-4, rtol=0.0)
     assert both_infinite["tolerance_excess"] == pytest.approx(10.0, rel=1e-3)
+
+
+def test_the_tolerance_used_says_how_near_a_matching_output_came_to_its_line():
+    want = torch.tensor([1.0, 2.0, 0.0])
+    figures = compare(torch.tensor([1.0, 2.01, 0.0]), want, atol=0.01, rtol=0.01)
+    assert figures["match"] and figures["tolerance_used"] == pytest.approx(0.01 / (0.01 + 0.02), rel=1e-4)
+    assert compare(want, want, atol=0.0, rtol=0.0)["tolerance_used"] == 0.0
+    beyond = compare(torch.tensor([1.0, 2.5, 0.0]), want, atol=0.01, rtol=0.01)
+    assert beyond["tolerance_used"] == beyond["tolerance_excess"]
+    assert "tolerance_used" not in compare(torch.tensor([1, 2]), torch.tensor([1, 2]), atol=0.0, rtol=0.0)

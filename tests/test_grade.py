@@ -280,6 +280,42 @@ def _sent(output, inputs):
     return torch.load(buffer, weights_only=True)
 
 
+def test_where_the_model_solution_misses_the_reference_too_the_output_is_judged_against_it():
+    want, solution = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])  # the model solution misses the reference
+    status, _, figures = grade.judge([torch.tensor([1.0, 2.5])], want, {}, {}, atol=1e-3, rtol=0, model_solution=lambda: solution)
+    assert status == "passed" and figures["judged_against"] == "model_solution"
+    assert figures["reference_excess"] == figures["model_solution_excess"] == pytest.approx(500.0)
+    status, _, figures = grade.judge([torch.tensor([1.0, 3.0])], want, {}, {}, atol=1e-3, rtol=0, model_solution=lambda: solution)
+    assert status == "mismatch" and "judged_against" not in figures and figures["model_solution_excess"] == pytest.approx(500.0)
+    status, _, figures = grade.judge([torch.tensor([1.0, 2.5])], want, {}, {}, atol=1e-3, rtol=0, model_solution=lambda: want.clone())
+    assert status == "mismatch" and figures["model_solution_used"] == 0.0  # inputs that decide: the reference judges
+    asked = []
+    grade.judge([want.clone()], want, {}, {}, atol=1e-3, rtol=0, model_solution=lambda: asked.append(1))
+    assert asked == []  # run only where the output misses
+
+
+@pytest.mark.slow  # two grades of fix and correct, about 15 s each
+@pytest.mark.untimed
+def test_on_inputs_where_the_model_solution_misses_its_reference_a_right_fix_passes_and_a_wrong_one_does_not(tmp_path, environment):
+    """attention_fully_masked_rows at seed 1001: one ReLU of the first encoder block flips in float32 where the float64
+    reference's does not (`python -m harness.seed_sweep`: 35x the tolerance, the only one of seeds 1000-1099)."""
+    seed = ("case.seed=1001",)
+    fix = "alternatives/attention_fully_masked_rows.py"
+    verdict, record, _, _ = graded(
+        tmp_path / "right", environment, "attention_fully_masked_rows", fix, "attention_fully_masked_rows", ["fix", "correct"], *seed
+    )
+    assert verdict.accepted, verdict.line
+    judged = phase(record, "correct")
+    assert judged.figures["judged_against"] == "model_solution" and judged.figures["reference_excess"] > 10, judged.figures
+    assert "misses the reference on these inputs as well" in judged.message
+    upstream = "upstream/attention_fully_masked_rows.py"
+    verdict, record, _, _ = graded(
+        tmp_path / "wrong", environment, "attention_fully_masked_rows", upstream, "pyg_pr_7902_nan_to_num", ["fix", "correct"], *seed
+    )
+    assert verdict.line.startswith("rejected by correct: mismatch: "), verdict.line
+    assert "judged_against" not in phase(record, "correct").figures
+
+
 def test_the_judge_sees_a_changed_parameter_buffer_or_attribute_of_a_module():
     torch.manual_seed(0)
     module = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))

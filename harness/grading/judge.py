@@ -1,13 +1,23 @@
-"""The correct check of a grade: the submission's output, made in one child, judged in another against the reference."""
+"""The correct check of a grade: the submission's output, made in one child, judged in another against the reference.
+
+Where the submission misses the reference, the clean child runs the case's own fix on the same inputs: on some
+seeds the model solution misses its reference too (a float32 ReLU that flips on rounding where the float64
+reference does not, a float16 norm of cancelling terms; `python -m harness.seed_sweep` measures how often). Those
+inputs cannot tell a right fix from a wrong one by the reference, and every right fix shares the arithmetic that
+missed: there the submission is judged against the model solution's output, with the same tolerance, and the record
+says so (`judged_against`).
+"""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import io
+import math
 import shutil
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -38,10 +48,17 @@ def correct(case: ModuleType, spec: RunSpec, phase: str = "correct") -> PhaseRec
     status, message, figures = judged.value
     status = Correct(status)
     if status == Correct.PASSED:
-        message = "matches the reference " + tolerance_text(cfg) + "; no output aliases an input; inputs unchanged"
+        matched = "the reference " if "judged_against" not in figures else MATCHED_THE_MODEL_SOLUTION.format(**figures)
+        message = "matches " + matched + tolerance_text(cfg) + "; no output aliases an input; inputs unchanged"
     elif status == Correct.MISMATCH:
         message = "differs from the reference: " + difference(figures)
     return record_of(phase, status, status.ok, message, ran, {**figures, "seed": cfg.seed})
+
+
+MATCHED_THE_MODEL_SOLUTION = (
+    "the case's own fix, which misses the reference on these inputs as well ({model_solution_excess:.3g}x its tolerance; "
+    "the submission {reference_excess:.3g}x) "
+)
 
 
 def _run_submitted_in_child(cfg: DictConfig, device: str) -> tuple[bytes | str | None, Any]:
@@ -77,15 +94,36 @@ def _judge_in_child(cfg: DictConfig, device: str, sent: bytes) -> tuple[str, str
         got = torch.load(io.BytesIO(sent), weights_only=True)
     except Exception as error:  # noqa: BLE001 - anything but plain tensors and values
         return str(Correct.WRONG_OUTPUT), f"its output could not be read back as plain tensors ({type(error).__name__})", {}
-    status, message, figures = judge(got["output"], want, got["inputs"], pristine, **tolerance_of(cfg.tolerance))
+    model_solution = lambda: _model_solution(case, cfg, device)  # noqa: E731 - run only where the submission misses
+    status, message, figures = judge(
+        got["output"], want, got["inputs"], pristine, **tolerance_of(cfg.tolerance), model_solution=model_solution
+    )
     return str(status), message, figures  # plain data back to the parent (harness/process/isolate.py), which names it again
 
 
+def _model_solution(case: ModuleType, cfg: DictConfig, device: str, inputs: Any = None) -> Any:
+    """The case's `fixed` on fresh inputs (or on `inputs`), under the run's compile mode: what a right fix gives."""
+    output, failure = call(compiled_for(case.fixed, case, cfg), case.make_inputs(cfg, device) if inputs is None else inputs, device)
+    if failure is not None:
+        raise RuntimeError(f"the case's own fix failed: {failure.headline}")
+    return output
+
+
 def judge(
-    output: list, reference: Any, inputs_after: dict, pristine: dict, *, atol: float, rtol: float, scale: float = 0.0
+    output: list,
+    reference: Any,
+    inputs_after: dict,
+    pristine: dict,
+    *,
+    atol: float,
+    rtol: float,
+    scale: float = 0.0,
+    model_solution: Callable[[], Any] | None = None,
 ) -> tuple[str, str, dict[str, Any]]:
     """(status, message, figures): the first check the output (its tensors in order, a None where a gradient was never
-    computed) fails against the reference's output, or "passed"."""
+    computed) fails against the reference's output, or "passed". Where it misses the reference, `model_solution`
+    (called then) gives the case's own fix's output on the same inputs: if that misses the reference too, the
+    output is judged against it instead (the module's docstring)."""
     want = [tensor for _, tensor in named_tensors(reference)]
     if len(output) != len(want):
         return Correct.WRONG_OUTPUT, f"{len(output)} tensors, the reference has {len(want)}", {}
@@ -101,6 +139,8 @@ def judge(
                     {what: mine, f"reference_{what}": theirs},
                 )
     figures = compare(output, reference, atol=atol, rtol=rtol, scale=scale)
+    if not figures["match"] and model_solution is not None:
+        figures = _against_the_model_solution(figures, output, reference, model_solution(), atol=atol, rtol=rtol, scale=scale)
     if not figures["match"]:
         return Correct.MISMATCH, "", figures
     tensors_in = {path: value for path, value in inputs_after.items() if isinstance(value, torch.Tensor)}
@@ -121,6 +161,22 @@ def judge(
             {**figures, "changed": changed[:20]},
         )
     return Correct.PASSED, "", figures
+
+
+def _against_the_model_solution(
+    figures: dict[str, Any], output: list, reference: Any, solution: Any, *, atol: float, rtol: float, scale: float
+) -> dict[str, Any]:
+    """The output's figures against the model solution's where that misses the reference too; else `figures`, with
+    the model solution's own figure where it matched (so a rejection shows the seed was decidable)."""
+    missed = compare(solution, reference, atol=atol, rtol=rtol, scale=scale)
+    if missed["match"]:
+        return {**figures, "model_solution_used": missed.get("tolerance_used", 0.0)}
+    against = compare(output, solution, atol=atol, rtol=rtol, scale=scale)
+    excess = {
+        "reference_excess": figures.get("tolerance_excess", math.inf),
+        "model_solution_excess": missed.get("tolerance_excess", math.inf),
+    }
+    return {**against, "judged_against": "model_solution", **excess} if against["match"] else {**figures, **excess}
 
 
 def _show(value: Any) -> str:
@@ -184,6 +240,7 @@ def _judge_timed_in_child(cfg: DictConfig, device: str, inputs: Any, kept: list[
     case = load_case(cfg.name)
     if device == "cpu":
         torch.set_num_threads(cpu_threads)
+    started = None
     stateful = getattr(case, "carries_state", False)  # each call advances the state in its inputs (a training step)
     wrong, first = 0, ""
     for seed in dict.fromkeys(entry["seed"] for entry in kept):
@@ -198,22 +255,32 @@ def _judge_timed_in_child(cfg: DictConfig, device: str, inputs: Any, kept: list[
                 for _ in range(entry["step"] - state[1]):
                     case.fixed(state[0])
                 state[1] = entry["step"]
+                started = _copied(state[0])  # where the checked call started, for the model solution's own step
                 want, failure = call(case.reference, state[0], device)
                 if failure is not None:
                     raise RuntimeError(f"the reference itself failed: {failure.headline}")
-            status, message = _judge_kept(entry["path"], flatten_tensors(want), cfg)
+            solution = None if stateful and started is None else lambda: _model_solution(case, seeded, device, started)  # noqa: E731
+            status, message = _judge_kept(entry["path"], want, cfg, solution)
             if status != Correct.PASSED:
                 wrong += 1
                 first = first or f"process {entry['process']}, timed block {entry['block']}: {status}: {message}"
     return wrong, first
 
 
-def _judge_kept(path: str, want: list, cfg: DictConfig) -> tuple[str, str]:
+def _copied(state: Any) -> Any:
+    """A deep copy of a stateful case's inputs; None where they do not copy (a compiled module may not)."""
+    try:
+        return copy.deepcopy(state)
+    except Exception:  # noqa: BLE001 - then the checked output is judged against the reference alone
+        return None
+
+
+def _judge_kept(path: str, want: Any, cfg: DictConfig, model_solution: Callable[[], Any] | None) -> tuple[str, str]:
     if path.endswith(".txt"):
         return Correct.WRONG_OUTPUT, Path(path).read_text()
     try:
         got = torch.load(path, weights_only=True)
     except Exception as error:  # noqa: BLE001 - anything but plain tensors: a subclass, an object
         return Correct.WRONG_OUTPUT, f"not plain tensors ({type(error).__name__})"
-    status, message, figures = judge(got, want, {}, {}, **tolerance_of(cfg.tolerance))
+    status, message, figures = judge(got, want, {}, {}, **tolerance_of(cfg.tolerance), model_solution=model_solution)
     return status, message or (difference(figures) if status == Correct.MISMATCH else "")

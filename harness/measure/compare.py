@@ -77,7 +77,8 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float, scale: float = 0.0
     `max_abs_diff`, `relative_error` (||got - want|| / ||want||) and `snr_db`
     (the same as a signal-to-noise ratio) are over the floating tensors; `tolerance_excess` is the largest
     |got - want| over the element's own allowance (1.0 is exactly at the line; infinite where the allowance is
-    0, or the value NaN, and differs): how far a wrong output is from passing; `differing` names the
+    0, or the value NaN, and differs): how far a wrong output is from passing; `tolerance_used`, the same ratio over
+    every floating element, passing or not: how near a right output came to failing; `differing` names the
     outputs that differ, each with its own figures, by their path in `want` (tensors pair up by
     position: a submitted output arrives as a list).
     """
@@ -86,7 +87,7 @@ def compare(got: Any, want: Any, *, atol: float, rtol: float, scale: float = 0.0
     if unlike is not None:
         return unlike
     counts = {"integers": 0, "mismatched_integers": 0, "floats": 0, "mismatched_floats": 0}
-    sums = {"max_abs_diff": 0.0, "excess": 0.0, "error_sq": 0.0, "reference_sq": 0.0}
+    sums = {"max_abs_diff": 0.0, "excess": 0.0, "used": 0.0, "error_sq": 0.0, "reference_sq": 0.0}
     differing: list[dict[str, Any]] = []
     for (_, g), (path, w) in zip(got_named, want_named):
         if w is None:
@@ -129,8 +130,10 @@ def _compare_floats(
     sums["reference_sq"] += float(w.pow(2).sum())
     bound = atol + scale * float(w.abs().max()) if scale and w.numel() else atol
     mismatched = int((~torch.isclose(g, w, atol=bound, rtol=rtol, equal_nan=True)).sum())
+    used = _excess(g, w, bound, rtol) if w.numel() else 0.0
+    sums["used"] = max(sums["used"], used)
     if mismatched:
-        sums["excess"] = max(sums["excess"], _excess(g, w, bound, rtol))
+        sums["excess"] = max(sums["excess"], used)
     counts["floats"] += w.numel()
     counts["mismatched_floats"] += mismatched
     if not mismatched:
@@ -158,6 +161,8 @@ def _figures(counts: dict[str, int], sums: dict[str, float], differing: list[dic
         **counts,
         "max_abs_diff": sums["max_abs_diff"],
     }
+    if counts["floats"]:
+        figures["tolerance_used"] = sums["used"]
     if counts["mismatched_floats"]:
         figures["tolerance_excess"] = sums["excess"]
     if sums["reference_sq"] > 0:
@@ -171,7 +176,7 @@ def _figures(counts: dict[str, int], sums: dict[str, float], differing: list[dic
 
 
 def _excess(got: torch.Tensor, want: torch.Tensor, bound: float, rtol: float) -> float:
-    """The largest |got - want| / (bound + rtol * |want|) over the elements `isclose` rejects."""
+    """The largest |got - want| / (bound + rtol * |want|) over the elements (1.0: exactly at the line)."""
     same = (got == want) | (got.isnan() & want.isnan())  # equal infinities too
     diff = (got - want).abs().nan_to_num(nan=math.inf, posinf=math.inf).masked_fill(same, 0.0)
     allowed = bound + rtol * want.abs().nan_to_num(nan=0.0, posinf=math.inf)
