@@ -59,8 +59,12 @@ Fix: Pytorch-UNet's (#470), returnn's (#1595) and the AMP notes' ("Working with 
     of the gradients the optimizer took (0 for a step the scaler skipped), and for each parameter the norm of its
     gradient and of its change. Not the elements: float16 autocast moves single elements of the gradients and the
     updates by up to a third of their tensor's largest (seeds 0-5; ReLUs that flip at 0 in float16), while every
-    compared norm stays within 0.73% of the float64 one on seeds 0-9, and within 2.1% on the many inputs a
-    grade times (tolerance 5%).
+    compared norm stays within 0.73% of the float64 one on seeds 0-9, and within 3.7% on seeds 0-252 (median 0.43%;
+    the worst, 2.5-3.7% on 3 seeds, are conv1's bias, a sum of cancelling terms). Tolerance 5%: a grade's private
+    seed in CI (2026-11-28) drew inputs where the conv biases' norms at step 2 were beyond it (max |diff| 0.0124),
+    for upstream's own fix, the same arithmetic as `fixed`; on such inputs the model solution misses too, and a
+    grade judges a submission against it instead (harness/grading/judge.py). The bad fixes are 20x the tolerance
+    away, so a wider one would halve their margin.
     Wrong fixes, measured on the yaml's inputs against the reference (torch 2.13.0, seed 0), each rejected:
     raising max_norm by the scale, `clip_grad_norm_(..., max_norm * 65536)` before unscaling (EveryDream2trainer
     #175: "you have to pass values like `1e5` or `1e6` for cilp_grad_scale (depending on the state of the AMP
