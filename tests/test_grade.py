@@ -15,10 +15,12 @@ import sys
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
 from harness.cases import ROOT, Symptom, case_names, load_case, symptom_on
 from harness.grading import grade
+from harness.measure.compare import flatten_tensors
 from harness.process.submitted import file_sha256
 from harness.records import load_record
 from harness.run import ConfigError, run_case, validate
@@ -314,6 +316,23 @@ def test_on_inputs_where_the_model_solution_misses_its_reference_a_right_fix_pas
     )
     assert verdict.line.startswith("rejected by correct: mismatch: "), verdict.line
     assert "judged_against" not in phase(record, "correct").figures
+
+
+@pytest.mark.slow  # the reference and the model solution of two timed outputs, in this process: about 10 s
+@pytest.mark.untimed
+def test_a_timed_output_on_inputs_the_model_solution_misses_is_judged_against_it(tmp_path):
+    from harness.grading.judge import _judge_timed_in_child
+
+    case = load_case("attention_fully_masked_rows")
+    cfg = OmegaConf.merge(compose_config("case=attention_fully_masked_rows").case, {"seed": 0})
+    right = case.fixed(case.make_inputs(OmegaConf.merge(cfg, {"seed": 1001}), "cpu"))
+    torch.save(flatten_tensors(right), tmp_path / "right.pt")
+    torch.save([t * 1.01 if t.is_floating_point() else t for t in flatten_tensors(right)], tmp_path / "wrong.pt")
+    kept = [{"seed": 1001, "process": 0, "block": 0, "path": str(tmp_path / "right.pt")}]
+    assert _judge_timed_in_child(cfg, "cpu", None, kept, 1) == (0, "")
+    wrong_kept = [{**kept[0], "path": str(tmp_path / "wrong.pt")}]
+    count, message = _judge_timed_in_child(cfg, "cpu", None, wrong_kept, 1)
+    assert count == 1 and "mismatch" in message, message
 
 
 def test_the_judge_sees_a_changed_parameter_buffer_or_attribute_of_a_module():
