@@ -103,6 +103,13 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\b(?:masked_fill\w*|mask\w*|fill\w*)\b[^\n]{0,80}['\"`]? ?-(?:np\.|math\.|float\(['\"])?inf\b[^\n]{0,80}\bnan\b|\bmask\w*\b[^\n]{0,80}\b(?:sdpa|scaled_dot_product_attention|attention|softmax)\b[^\n]{0,80}\bnan\b",
+            0.5,
+            "a report in words: an attention mask (filled with -inf) giving NaN",
+            family=True,
+        ),
+        Sign(
+            "failure",
             r"(?i)\b(?:fully|entirely|completely|all)[- ](?:masked|padded)\b|\b(?:whole|entire) (?:input|sequence|row|set) is (?:masked|padded)|\bfull of (?:<pad>|True|padding)|\brows? (?:that )?(?:consist|are made) (?:of )?(?:only )?(?:-inf|zeros)|\battends? to (?:nothing|no key)|unattended (?:rows?|tokens?)\b|_unmask_unattended\b|\bzero[- ]length sequences?\b|\bempty (?:sequence|set|scene|graph)s?\b|\b(?:unconnected|isolated|disconnected) nodes?\b",
             0.45,
             "a row of the mask that hides every key: a padded or empty sequence",

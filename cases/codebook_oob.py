@@ -80,6 +80,13 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\b(?:indices|index|codes?|tokens?|ids?)\b[^\n]{0,80}\b(?:exceed\w*|out of (?:the )?range|outside|beyond|larger than|past)\b[^\n]{0,60}\bcodebooks?\b|\b(?:encodec|snac|codec|vocoder|quantizer|dac)\b[^\n]{0,80}\b(?:doesn't|does not|can't|cannot|won't|not)\b (?:support|handle|accept|recogni[sz]e)\b[^\n]{0,20}['\"]?-1\b",
+            0.5,
+            "a report in words: codes or token ids past a codec's codebook (a special id, a -1 pad)",
+            family=True,
+        ),
+        Sign(
+            "failure",
             r"(?i)\bcodebook (?:indices|ids|codes|index)\b[^.?!]{0,60}\b(?:exceed\w*|out[- ]of[- ](?:range|bounds)|outside|beyond|past|larger than)|\b(?:clamp|clip)\w* (?:the )?(?:vq |codebook )?(?:indices|codes)\b[^.?!]{0,30}\b(?:valid range|codebook[_ ]size)",
             0.45,
             "codebook indices past the codebook's size",

@@ -86,6 +86,13 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\b(?:same|identical|duplicated?|repeated)\b[^.\n]{0,80}\b(?:across|per|in|for|on|by|from) (?:each|every|all|different|multiple|the|several) (?:of the )?(?:data ?loader |dataloader )?workers?\b|\bworkers?\b[^.\n]{0,80}\b(?:same|identical|duplicated?)\b[^.\n]{0,20}\b(?:random\w*|seeds?|augment\w*|transform\w*|images?|samples?|crops?|numbers?)\b",
+            0.5,
+            "a report in words: DataLoader workers drawing the same random numbers, augmentations or samples",
+            family=True,
+        ),
+        Sign(
+            "failure",
             r"(?i)\b(?:same|identical)\b[^.]{0,40}\b(?:random (?:numbers?|seeds?|values?|draws?)|augmentations?|randomness|numpy seeds?)\b[^.]{0,80}\b(?:workers?|(?:each|every) (?:data )?batch|threads|processes)\b|\b(?:workers?|threads|processes)\b[^.]{0,60}\b(?:same|identical)\b[^.]{0,20}\b(?:random|numpy|seeds?|augment\w*)",
             0.55,
             "the same random numbers, seeds or augmentations in every DataLoader worker",

@@ -75,6 +75,13 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\bset_epoch\b[^\n]{0,120}\b(?:shuffl\w*|every epoch|each epoch|same (?:order|samples?|data|batches))|\b(?:shuffl\w*|same (?:order|samples?|batches))\b[^\n]{0,120}\bset_epoch\b",
+            0.55,
+            "a report in words: the sampler's `set_epoch` missing, so each epoch shuffles the same",
+            family=True,
+        ),
+        Sign(
+            "failure",
             r"(?i)\b(?:same|identical) +(?:data +)?(?:order(?:ing)?|sequence|batch(?:es)?|data|samples?|shuffl\w*)\b[^.]{0,60}\b(?:every|each|all|across|between|multiple|different)\b[^.]{0,20}\bepochs?\b|\bthe same order(?:ing)? will (?:always be|be always) used\b",
             0.45,
             "the same order, batches or data in every epoch (or the sampler's own warning of it)",

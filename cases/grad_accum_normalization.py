@@ -114,6 +114,13 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\b(?:weighted|weighs?|averag\w*|normali[sz]\w*|mean)\b[^\n]{0,30}\bby (?:each )?(?:micro-?batch|batch|pack|step)\w*\b[^\n]{0,30}\binstead of (?:by )?(?:the )?(?:target |total )?tokens?\b|\b(?:1|one|few)-token (?:micro-?batch|batch|sequence|example)\w*\b[^\n]{0,80}\bas much\b",
+            0.5,
+            "a report in words: losses averaged per micro-batch where the tokens should weigh",
+            family=True,
+        ),
+        Sign(
+            "failure",
             r"(?i)\bdifferent micro[- ]?batch(?:es| sizes?)\b[^.?!]{0,40}\b(?:different|changes?|differ)\b[^.?!]{0,20}\b(?:gradients?|loss(?:es)?)\b|\bmicro[- ]?batch\w*\b[^.?!]{0,40}\b(?:uneven|different|varying) (?:numbers? of |counts? of )?tokens\b[^.?!]{0,80}\b(?:weigh\w*|count\w*)\b[^.?!]{0,40}\b(?:more|less)\b",
             0.45,
             "micro-batch sizes or their token counts that change the gradient at the same global batch",

@@ -87,6 +87,13 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\bverbose\b[^\n]{0,80}\b(?:ReduceLROnPlateau|LRScheduler|lr_scheduler|schedulers?)\b[^\n]{0,80}\b(?:deprecat\w*|removed|no longer|TypeError)|\b(?:ReduceLROnPlateau|LRScheduler|lr_scheduler|schedulers?)\b[^\n]{0,80}\bverbose\b[^\n]{0,80}\b(?:deprecat\w*|removed|no longer|TypeError)",
+            0.55,
+            "a report in words: the scheduler's `verbose` deprecated, removed or raising",
+            family=True,
+        ),
+        Sign(
+            "failure",
             r"(?:ReduceLROnPlateau|LR|Lr|[A-Z]\w*Scheduler|StepLR|MultiStepLR|ExponentialLR|CosineAnnealing\w*|OneCycleLR|CyclicLR|LambdaLR|LinearLR|ConstantLR|PolynomialLR)"
             r"\.__init__\(\) got an unexpected keyword argument 'verbose'",
             0.9,

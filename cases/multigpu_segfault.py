@@ -122,6 +122,13 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\b(?:SIGSEGV|segmentation fault|segfault)\b[^\n]{0,80}\b(?:multi[- ]?gpus?|multiple gpus|\d+ gpus|distributed|ddp|ranks?)\b|\b(?:multi[- ]?gpus?|multiple gpus|\d+ gpus|distributed|ddp)\b[^\n]{0,80}\b(?:SIGSEGV|segmentation fault|segfault)\b",
+            0.55,
+            "a report in words: a segmentation fault in multi-GPU (distributed) training",
+            family=True,
+        ),
+        Sign(
+            "failure",
             r"Signal (?:11|6|7|4|8) \(SIG(?:SEGV|ABRT|BUS|ILL|FPE)\) received by PID",
             0.7,
             "the elastic launcher's table: a rank died of a native signal",

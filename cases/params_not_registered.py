@@ -111,6 +111,13 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)(?:\[\]|\b(?:python |plain |normal )?lists?\b)[^\n]{0,80}(?:\bto\b|\binto\b|\bwith\b|->|→|修改为|改为|换成)[^\n]{0,40}\bModule(?:List|Dict)\b|\bModule(?:List|Dict)\b[^\n]{0,60}\b(?:instead of|rather than) (?:an? |the )?(?:plain |python |normal )?(?:lists?|dicts?|\[\])",
+            0.5,
+            "a plain list replaced by an nn.ModuleList (or dict by ModuleDict): the fix of this family, in words or a diff",
+            family=True,
+        ),
+        Sign(
+            "failure",
             r"(?i)\b(?:modules?|layers?) (?:of|in|inside) (?:an? |the )?(?:added |plain |python |normal )?list\b[^.?!]{0,60}\b(?:not|never)\b[^.?!]{0,30}\b(?:regist\w*|(?:seen|counted|returned|included) as parameters|trained|saved)",
             0.45,
             "modules kept in a list that the module tree does not see",

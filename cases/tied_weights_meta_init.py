@@ -117,6 +117,13 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\b(?:load\w*|to_empty|meta|sharding|fsdp|checkpoint|state_dict)\b[^\n]{0,80}\b(?:embeddings?|weights?|lm[_ ]head|output (?:layer|projection)|head)\b[^\n]{0,40}\b(?:were|are|is|got|get|became|become|come) (?:not|no longer|un)[- ]?tied\b|\b(?:untied|not tied|no longer tied)\b[^\n]{0,60}\b(?:after|when|once)\b[^\n]{0,40}\b(?:load\w*|to_empty|meta|init\w*|sharding|fsdp)\b",
+            0.5,
+            "a report in words: tied weights found untied (after loading, init or sharding)",
+            family=True,
+        ),
+        Sign(
+            "failure",
             r"(?i)\b(?:word |token )?(?:embs?|embeddings?|weights?) (?:are|is|were) tied\b[^.?!]{0,40}\b(?:lm[_ ]head|head|output)\b[^.?!]{0,40}\b(?:copied|duplicated|separated|untied|wrong value)",
             0.45,
             "tied embeddings whose LM head ends up a copy",

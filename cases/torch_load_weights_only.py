@@ -121,6 +121,13 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
+            r"(?i)\bweights_only\b[^\n]{0,120}\b(?:2\.6|defaults? (?:to |value |changed)|changed (?:from|to)|flipped)|\b(?:2\.6|default(?: value)?)\b[^\n]{0,120}\bweights_only\b",
+            0.55,
+            "a report in words: torch.load's `weights_only` default changed (True from torch 2.6)",
+            family=True,
+        ),
+        Sign(
+            "failure",
             r"Unsupported global: GLOBAL \S+ was not an allowed global by default",
             0.7,
             "the weights-only unpickler met a global the file names and no allowlist holds (torch >= 2.4's wording)",
