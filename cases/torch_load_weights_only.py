@@ -121,7 +121,7 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
-            r"(?i)\bweights_only\b[^\n]{0,120}\b(?:2\.6|defaults? (?:to |value |changed)|changed (?:from|to)|flipped)|\b(?:2\.6|default(?: value)?)\b[^\n]{0,120}\bweights_only\b",
+            r"(?i)\bweights_only\b[^\n]{0,120}(?:(?<![\d.])2\.6\b|\bdefaults? (?:to |value |changed)|\bchanged (?:from|to)\b|\bflipped\b)|(?:(?<![\d.])2\.6\b|\bdefault(?: value)?\b)[^\n]{0,120}\bweights_only\b",
             0.55,
             "a report in words: torch.load's `weights_only` default changed (True from torch 2.6)",
             family=True,

@@ -79,7 +79,7 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
-            r"(?i)\bset_to_none\b[^\n]{0,120}\b(?:2\.0|2\.x|by default|default(?:s| value)?)\b|\b(?:2\.0|by default|default(?: value)?)\b[^\n]{0,120}\bset_to_none\b",
+            r"(?i)\bset_to_none\b[^\n]{0,120}(?:(?<![\d.])2\.(?:0|x)\b|\bby default\b|\bdefault(?:s| value)?\b)|(?:(?<![\d.])2\.0\b|\bby default\b|\bdefault(?: value)?\b)[^\n]{0,120}\bset_to_none\b",
             0.5,
             "a report in words: zero_grad's `set_to_none` default (True from torch 2.0)",
             family=True,
