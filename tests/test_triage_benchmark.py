@@ -95,9 +95,8 @@ def test_figures_per_family_on_the_third_kept_apart_set():
     attention_fully_masked_rows, codebook_oob) and families wider than their case (multigpu_segfault: one process on
     three GPUs). Then (2026-11-28) its misses were read and signs added for the families' reports in words, in 11 cases
     (a fourth set, collected apart by helpers who never saw the signs, measures them): 47 of 51 right, 48 of 51 in the
-    top 3, 2 of 23 claimed. The
-    second claim is detectron2's near-miss, whose reporter describes modules kept in a list instead of a ModuleList
-    (this family) before finding DataParallel's replicas the cause. The floor below holds what was measured, so that a
+    top 3, 2 of 23 claimed. The second claim is detectron2's near-miss, whose reporter describes modules kept in a list
+    instead of a ModuleList (this family) before finding DataParallel's replicas the cause. The floor below holds what was measured, so that a
     later change of signs cannot lose it unseen; this set is no longer kept apart."""
     positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_3)
     assert (positives, negatives) == (51, 23)
