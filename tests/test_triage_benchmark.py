@@ -3,7 +3,7 @@ results, never by a timed assert), and its figures per family on the logs kept a
 
 from harness.cases import ROOT
 from harness.triage import LOOKALIKES, _first_match, _normalise_text, _raw_lines, _Search, load_signs, triage
-from tests.test_triage import KEPT_APART, KEPT_APART_2, KEPT_APART_3, _figures
+from tests.test_triage import KEPT_APART, KEPT_APART_2, KEPT_APART_3, KEPT_APART_4, _figures
 
 LINES = 10_000
 # The goals of issue 49 on the kept-apart logs: family verdict right, right case in the top 3, negatives claimed.
@@ -101,3 +101,15 @@ def test_figures_per_family_on_the_third_kept_apart_set():
     positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_3)
     assert (positives, negatives) == (51, 23)
     assert right >= 47 and top3 >= 48 and claimed <= 2, (right, top3, claimed)
+
+
+def test_figures_per_family_on_the_fourth_kept_apart_set():
+    """The fourth kept-apart set (tests/triage_logs_keptapart4/, collected 2026-11-28 by helpers that never saw the
+    signs, while the third set's misses were being read; its README says how), 73 logs. Measured once, with the signs
+    written for the third set's misses: 28 of 44 right (64%), 40 of 44 in the top 3 (91%), 2 of 29 claimed (7%),
+    short of all three goals of issue 49. The third set measured 63%, 86% and 4% before its own misses were read: the
+    signs written for reports in words lift the set they were read from, and barely the next. The floor below holds
+    what was measured, so that a later change of signs cannot lose it unseen."""
+    positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_4)
+    assert (positives, negatives) == (44, 29)
+    assert right >= 28 and top3 >= 40 and claimed <= 2, (right, top3, claimed)
