@@ -110,6 +110,7 @@ LAYERS = (  # lowest first: a module imports only modules of its own layer or of
             "harness.run",
             "harness.cli",
             "harness.sweep",
+            "harness.seed_sweep",
             "harness.report",
             "harness.matrix",
             "harness.record_changes",
