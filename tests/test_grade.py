@@ -20,7 +20,8 @@ from torch import nn
 
 from harness.cases import ROOT, Symptom, case_names, load_case, symptom_on
 from harness.grading import grade
-from harness.measure.compare import flatten_tensors
+from harness.measure.compare import flatten_tensors, named_tensors
+from harness.phases import speed_config
 from harness.process.submitted import file_sha256
 from harness.records import load_record
 from harness.run import ConfigError, run_case, validate
@@ -333,6 +334,13 @@ def test_a_timed_output_on_inputs_the_model_solution_misses_is_judged_against_it
     wrong_kept = [{**kept[0], "path": str(tmp_path / "wrong.pt")}]
     count, message = _judge_timed_in_child(cfg, "cpu", None, wrong_kept, 1)
     assert count == 1 and "mismatch" in message, message
+    # an output holding a None (a gradient never computed) is kept flattened: the reference is flattened alike
+    case = load_case("batchnorm_single_sample")
+    cfg = OmegaConf.merge(compose_config("case=batchnorm_single_sample").case, {"seed": 0})
+    right = case.fixed(case.make_inputs(OmegaConf.merge(speed_config(cfg, "cpu"), {"seed": 1001}), "cpu"))
+    assert any(tensor is None for _, tensor in named_tensors(right))
+    torch.save(flatten_tensors(right), tmp_path / "with_none.pt")
+    assert _judge_timed_in_child(cfg, "cpu", None, [{**kept[0], "path": str(tmp_path / "with_none.pt")}], 1) == (0, "")
 
 
 def test_the_judge_sees_a_changed_parameter_buffer_or_attribute_of_a_module():

@@ -259,8 +259,9 @@ def _judge_timed_in_child(cfg: DictConfig, device: str, inputs: Any, kept: list[
                 want, failure = call(case.reference, state[0], device)
                 if failure is not None:
                     raise RuntimeError(f"the reference itself failed: {failure.headline}")
-            solution = None if stateful and started is None else lambda: _model_solution(case, seeded, device, started)  # noqa: E731
-            status, message = _judge_kept(entry["path"], want, cfg, solution)
+            # a kept output holds its tensors flattened (no None): the reference and the model solution alike
+            solution = None if stateful and started is None else lambda: flatten_tensors(_model_solution(case, seeded, device, started))  # noqa: E731
+            status, message = _judge_kept(entry["path"], flatten_tensors(want), cfg, solution)
             if status != Correct.PASSED:
                 wrong += 1
                 first = first or f"process {entry['process']}, timed block {entry['block']}: {status}: {message}"
