@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness.cases import ROOT, case_names
+from harness.cases import CASE_CONFIG_DIR, case_names
 from harness.phases.common import FIXED, speed_config
 from harness.phases.correct import compare_in_child
 from harness.process.isolate import run_isolated
@@ -62,7 +62,7 @@ class Sweep:
 
 
 def case_config(name: str) -> DictConfig:
-    cfg = OmegaConf.load(ROOT / "conf" / "case" / f"{name}.yaml")
+    cfg = OmegaConf.load(CASE_CONFIG_DIR / f"{name}.yaml")
     return OmegaConf.merge(cfg, {"compile": "off"})
 
 
@@ -74,9 +74,9 @@ def input_sets(cfg: DictConfig, device: str) -> dict[str, DictConfig]:
 
 def sweep_in_child(name: str, device: str, seeds: int, max_s: float) -> list[tuple[int, str, dict]]:
     """Each seed's figures for each input set, until `seeds` ran or `max_s` passed: (seed, inputs, figures)."""
-    start, rows = time.monotonic(), []
+    start, rows, sets = time.monotonic(), [], input_sets(case_config(name), device)
     for seed in range(FIRST_SEED, FIRST_SEED + seeds):
-        for inputs, cfg in input_sets(case_config(name), device).items():
+        for inputs, cfg in sets.items():
             figures, failure = compare_in_child(FIXED, OmegaConf.merge(cfg, {"seed": seed}), device)
             if failure is not None:
                 figures = {"match": False, "raised": failure.headline[:300]}
