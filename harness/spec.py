@@ -31,7 +31,8 @@ class SpeedSettings:
     min_processes: int = 2
     max_processes: int = 12
     max_s: float = 20.0  # past this, a verdict still undecided is inconclusive
-    grade_max_s: float = 60.0  # grading: past this, a verdict still undecided is `undecided`, a rejection (never accepted)
+    grade_max_s: float = 60.0  # grading: past this, a verdict still undecided is `undecided`, a rejection (never accepted)...
+    grade_min_processes: int = 10  # ...once this many timing processes have been measured too, or 3x grade_max_s has passed
     level: float = 0.95  # of the ratio's confidence interval
     max_retakes: int = MAX_RETAKES  # pairs retaken per process for fresh page faults (0: faulting is the cost timed, a compile per call)
 

@@ -243,6 +243,28 @@ def test_a_slow_control_just_over_its_budget_is_measured_on_until_it_clears_its_
     ]
 
 
+@pytest.mark.parametrize(
+    ("processes", "seconds", "graded", "stops"),
+    [
+        (12, 5.0, False, True),  # a case's own timing: max_processes
+        (3, 20.0, False, True),  # ... or max_s
+        (3, 19.0, False, False),
+        (5, 64.0, True, False),  # a grade past grade_max_s with few processes measures on
+        (10, 60.0, True, True),  # ... until grade_min_processes
+        (4, 180.0, True, True),  # ... or three times grade_max_s
+        (40, 59.0, True, False),  # many processes alone never end it
+    ],
+)
+def test_a_grade_is_undecided_only_after_enough_processes_or_three_times_its_limit(processes, seconds, graded, stops):
+    from harness.spec import SpeedSettings
+
+    speed = importlib.import_module("harness.phases.speed")
+    assert (
+        speed._out_of_time(processes, seconds, SpeedSettings(max_processes=12, max_s=20, grade_max_s=60, grade_min_processes=10), graded)
+        is stops
+    )
+
+
 def test_a_block_s_cpu_holds_the_children_that_ended_inside_it():
     """A DataLoader's workers of one pass, or a process a submission starts and waits for, end inside the block:
     their CPU is the block's (the model solution's reaped workers once read as a baseline kept off the CPU)."""

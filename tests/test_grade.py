@@ -129,6 +129,7 @@ def test_a_grade_that_cannot_tell_is_rejected_as_undecided_never_accepted(tmp_pa
         ["speed"],
         "case.speed.budget.cpu=1.0",
         "speed.grade_max_s=0.01",
+        "speed.grade_min_processes=2",
     )
     speed = phase(record, "speed")
     assert speed.status == "undecided" and not speed.ok and not verdict.accepted, verdict.line
