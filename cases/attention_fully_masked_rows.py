@@ -127,6 +127,17 @@ triage_signs = TriageSigns(
             "NaN with an attention or padding mask",
         ),
         Sign(
+            "failure",
+            r"(?i)\bnans?\b",
+            0.5,
+            "a report in words: NaN from attention where a whole row is masked",
+            family=True,
+            near=(
+                r"(?i)\b(?:attention|attn|softmax|MultiheadAttention|scaled_dot_product_attention|SDPA)\b",
+                r"(?i)\b(?:all|entire|whole|fully|every|completely)\b[^.]{0,30}\b(?:masked|padd\w*|-inf)\b|\b(?:masked|padd\w*)\b[^.]{0,30}\b(?:all|entire|whole|fully|every|completely)\b|\bempty (?:rows?|sequences?|masks?)\b|\bno (?:valid |unmasked )?(?:keys?|tokens?|positions?)\b",
+            ),
+        ),
+        Sign(
             "context",
             r"(?i)\bMultihead ?Attention\b|\bscaled_dot_product_attention\b|\bSDPA\b|\bsdpa_mask\b|\bTransformer(?:Encoder|Decoder)(?:Layer)?\b|\bmasked_fill_?\(.{0,60}-(?:float\(['\"]inf['\"]\)|np\.inf|inf)|\bsoftmax\(",
             0.35,

@@ -140,6 +140,17 @@ triage_signs = TriageSigns(
             "what a user sees: with clipping on under AMP, the loss stops decreasing",
         ),
         Sign(
+            "failure",
+            r"(?i)\bclip\w*",
+            0.5,
+            "a report in words: gradients clipped before GradScaler unscaled them",
+            family=True,
+            near=(
+                r"(?i)\bunscale_?\b|\bGradScaler\b|\b(?:grad )?scaler\b|\bloss scal\w*|\bscaled grad\w*",
+                r"(?i)\bbefore (?:unscal\w*|calling unscale)|\bwithout (?:calling )?unscal\w*|\bnot unscal\w*|\bforg[eo]t\w* (?:to )?(?:call )?unscal\w*|\bmissing (?:the )?unscal\w*|\bscaled (?:gradients?|grads?|norms?)\b|\bstill scaled\b",
+            ),
+        ),
+        Sign(
             "context",
             r"scaler\.scale\(.*\)\.backward\(|scaled_loss\.backward\(|backward_loss\(",
             0.2,

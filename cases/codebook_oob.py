@@ -125,6 +125,17 @@ triage_signs = TriageSigns(
             "the bounds check of torch.compile's generated code (inductor on CPU or triton) fired; alone it does not say which op",
         ),
         Sign(
+            "failure",
+            r"(?i)\bcodebooks?\b",
+            0.5,
+            "a report in words: token ids past a codec's codebook size",
+            family=True,
+            near=(
+                r"(?i)\b(?:vocab\w*|tokens?|ids?|codes?|indices|index)\b",
+                r"(?i)\b(?:mismatch\w*|out of (?:range|bounds)|exceed\w*|overflow\w*|larger than|greater than|bigger than)\b|[>≥] ?\d{3,}",
+            ),
+        ),
+        Sign(
             "support", r"_fused_\w*?(?:embedding|index_select)", 0.5, "the failing kernel is torch.compile's fusion of an embedding lookup"
         ),
         Sign("support", r"tmp<n>(?:, \[[\w, ]+\]\))? < 4096L?\b", 0.2, "the bound is SNAC's codebook size (4096), a common size too"),

@@ -100,6 +100,17 @@ triage_signs = TriageSigns(
             "data that is the same in every epoch, or a rank that always loads the same data",
         ),
         Sign(
+            "failure",
+            r"(?i)\bset_epoch\b|\bDistributedSampler\b|\bsamplers?\b",
+            0.5,
+            "a report in words: the distributed sampler's order the same every epoch",
+            family=True,
+            near=(
+                r"(?i)\b(?:same|identical|fixed|unchanged)\b[^.]{0,40}\b(?:order\w*|shuffl\w*|sampling|permutation|sequence|batches)\b|\b(?:not|never|isn't|aren't|no)\b[^.]{0,20}\b(?:re-?)?shuffl\w*",
+                r"(?i)\b(?:every|each|all|across|per|between) (?:the )?epochs?\b",
+            ),
+        ),
+        Sign(
             "context",
             r"(?i)\bDistributedSampler\b|\bset_epoch\b|\bnum_replicas\b|\bsampler=",
             0.25,

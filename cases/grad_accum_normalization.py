@@ -150,6 +150,17 @@ triage_signs = TriageSigns(
             "the loss is normalised per micro-batch and by the steps, not by the window's tokens",
         ),
         Sign(
+            "failure",
+            r"(?i)\b(?:grad(?:ient)?s?[_ ]?accum\w*|accumulation[_ ]steps?|micro[- ]?batch\w*)",
+            0.5,
+            "a report in words: the loss or its gradients averaged wrongly across gradient-accumulation micro-batches",
+            family=True,
+            near=(
+                r"(?i)\b(?:divid\w*|normali[sz]\w*|averag\w*|means?|weigh\w*)\b",
+                r"(?i)\b(?:incorrect\w*|wrong\w*|without dividing|nothing divides|not divid\w*|linearly|proportional\w*|biased|instead of|different numbers? of (?:valid )?tokens)\b",
+            ),
+        ),
+        Sign(
             "context",
             r"(?i)gradient[_ ]accumulation(?:_steps)?|grad[_ ]accum\w*|accumulation[_ ]steps?|\bga ?= ?\d+",
             0.35,

@@ -158,6 +158,33 @@ triage_signs = TriageSigns(
             0.35,
             "the harness's own reproduce record of a growth symptom (this is the case whose buggy code grows)",
         ),
+        Sign(
+            "failure",
+            r"(?i)\b(?:GPU|CUDA|host|CPU|system)? ?(?:memory|RAM|VRAM)(?: usage| consumption| footprint| use| allocated)?\b[^.,;]{0,25}\b(?:keeps? (?:growing|increasing|going up|rising)|grows?|growing|increas(?:es|ing)|goes up|rises|rising|builds? up|leaks?)\b|(?:内存|显存)[^。，]{0,12}(?:增加|增长|上升)",
+            0.5,
+            "a report in words: memory that grows iteration after iteration",
+            family=True,
+            near=(
+                r"(?i)\b(?:each|every|per|after|over|with|across|during) (?:\w+ ){0,2}(?:iterations?|epochs?|steps?|batch(?:es)?)\b|\bas (?:the )?(?:training|iterations?|epochs?|steps?) (?:goes|go|proceeds?|continues?)\b|\bover time\b|\bgradually\b|\bkeeps? (?:growing|increasing|going up)\b|\bstep (?:after|by) step\b|逐渐|不断|随着",
+            ),
+        ),
+        Sign(
+            "failure",
+            r"(?i)\bmemory\b|\bRAM\b|\bleak\w*|\bOOM\b|内存|显存",
+            0.5,
+            "a report in words: memory growing because losses kept with their graphs are accumulated",
+            family=True,
+            near=(
+                r"(?i)\b(?:computation(?:al)? )?graphs?\b|\b(?:autograd |grad(?:ient)? )?history\b|\.item\(\)|\bdetach\w*|计算图",
+                r"(?i)\b(?:loss(?:es)?|losses_?\w*|total_loss|running_loss|append\w*|accumulat\w*|sum(?:med|ming)?|added)\b",
+            ),
+        ),
+        Sign(
+            "veto",
+            r"(?i)(?:\.detach\(\)|\bdetach\w*|\.item\(\))[^.]{0,60}\b(?:to no avail|didn't help|did not help|doesn't help|does not help|no effect|no luck|still (?:leaks?|grows?|increases?))|\b(?:already|tried)\b[^.]{0,80}(?:\.detach\(\)|\bdetach\w*|\.item\(\))",
+            0,
+            "the report says the losses were already detached (or taken with .item()) and memory still grows: another leak",
+        ),
     ),
 )
 

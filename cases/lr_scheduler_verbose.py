@@ -117,6 +117,17 @@ triage_signs = TriageSigns(
             0.6,
             "a scheduler subclass passing `verbose` positionally to LRScheduler.__init__, which takes (optimizer, last_epoch) from 2.7",
         ),
+        Sign(
+            "failure",
+            r"(?i)\bverbose\b",
+            0.5,
+            "a report in words: an LR scheduler's `verbose` deprecated or removed",
+            family=True,
+            near=(
+                r"(?i)\blr_scheduler\b|\bschedulers?\b|ReduceLROnPlateau|\b(?:StepLR|MultiStepLR|ExponentialLR|CosineAnnealing\w*|LambdaLR|OneCycleLR|CyclicLR|LinearLR|PolynomialLR)\b",
+                r"(?i)\bdeprecat\w*|\bremoved\b|\bno longer\b|\bincompatib\w*|unexpected keyword|\btorch ?(?:2\.(?:[7-9]|1\d))",
+            ),
+        ),
         Sign("context", r"lr_scheduler|ReduceLROnPlateau\(|configure_optimizers", 0.3, "where the scheduler is built"),
         Sign("context", r"verbose ?= ?(?:True|False|1|0)\b", 0.2, "the call passes verbose="),
     ),

@@ -115,6 +115,17 @@ triage_signs = TriageSigns(
             family=True,
         ),
         Sign(
+            "failure",
+            r"(?i)\brecompil\w*",
+            0.5,
+            "a report in words: torch.compile recompiling for every new shape or length",
+            family=True,
+            near=(
+                r"(?i)\b(?:dynamic|shapes?|lengths?|sizes?|dimensions?)\b",
+                r"(?i)torch\.compile|\bcompiled?\b|\bdynamo\b|cuda ?graphs?",
+            ),
+        ),
+        Sign(
             "context",
             r"last reason: [\d/: ]*(?:L\[|tensor '|G\[)|triggered by the following guard failure|size mismatch at index \d+\. expected \d+, actual \d+|== \d{2,}\b",
             0.3,

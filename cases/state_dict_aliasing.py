@@ -118,6 +118,17 @@ triage_signs = TriageSigns(
             0.5,
             "not a deep copy: the kept model or state shares its tensors with the one being trained",
         ),
+        Sign(
+            "failure",
+            r"(?i)\bbest[_ ]?(?:model|state|weights?|ckpt|checkpoint|params|epoch)\w*",
+            0.5,
+            "a report in words: the kept best model is a reference to the live one, and holds the last epoch's weights",
+            family=True,
+            near=(
+                r"(?i)\b(?:a reference|references? to|same object|points? to|alias\w*|shallow|not a copy|deepcopy|by reference)\b",
+                r"(?i)\b(?:last|final|latest) (?:epoch|model|weights|iteration|step)\b|\bnot the best\b|\boverwrit\w*|\bkeeps? changing\b|\bupdated? (?:along|too|as well)\b",
+            ),
+        ),
         Sign("context", r"(?i)\bbest[ _]?(?:model|state|weights?|wts|epoch|params?|checkpoint)", 0.15, "a best model kept while training"),
         Sign("context", r"state_dict\(\)", 0.1, "a state dict in play"),
         Sign("support", r"(?i)deep ?copy\(`?(?:self\.)?[\w.]*state_dict\(\)`?\)", 0.2, "a deep copy of the state dict, the cure, named"),

@@ -162,6 +162,14 @@ triage_signs = TriageSigns(
             "the reverse direction: the missing keys carry the prefix, the model is wrapped and the checkpoint plain",
         ),
         Sign(
+            "failure",
+            r"(?i)[\"'`]module(?:\.[\w.]*)?[\"'`]|\bmodule\.(?:xxx|\*|\.\.\.)|\b(?:prefix\w*|prepend\w*)\b[^.]{0,30}\b(?:module|_orig_mod)\b|\b(?:module|_orig_mod)\b[^.]{0,20}\bprefix\w*",
+            0.5,
+            "a report in words: the keys carry a wrapper's `module.` prefix",
+            family=True,
+            near=(r"(?i)\b(?:unexpected|missing) keys?\b|\bstate_?dict\b|\bload(?:ed|ing)?\b[^.]{0,20}\b(?:model|weights|checkpoint)",),
+        ),
+        Sign(
             "against",
             r"size mismatch for [\w.]+: copying a param with shape",
             0,

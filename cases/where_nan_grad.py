@@ -121,6 +121,16 @@ triage_signs = TriageSigns(
             "anomaly mode: a backward node returned NaN (any NaN in a backward prints it)",
         ),
         Sign(
+            "failure",
+            r"(?i)\bnan\b[^.]{0,40}\bgrad\w*|\bgrad\w*\b[^.]{0,40}\b(?:nan|inf)\b",
+            0.5,
+            "a report in words: gradients NaN (or inf) while the forward is finite, through a where, a sqrt or a norm",
+            family=True,
+            near=(
+                r"(?i)\b(?:loss|forward|outputs?|values?)\b[^.]{0,40}\b(?:finite|fine|normal|not nan|no nans?|is(?:n't| not) nan|valid)\b|\btorch\.where\b|\bwhere\(|\bsqrt\b|\blog\(0\)|\bnorm\b[^.]{0,30}\bzero\b|\bdivi\w* by zero\b|\bclamp\w*",
+            ),
+        ),
+        Sign(
             "context",
             r"(?i)\b(?:torch|np|jnp|numpy|tf)\.where\b|\bS?WhereBackward\d*\b|\bwhere\((?:\w+ ?[<>=!]=?|cond|mask)|\[~torch\.isfinite\(|`where`",
             0.35,

@@ -29,6 +29,7 @@ from harness.triage import (
     EVIDENCED,
     FAMILY_LINE,
     LOOKALIKES,
+    NEAR_LINES,
     NOT_EVIDENCED,
     NOT_KNOWN,
     TOO_LITTLE,
@@ -284,6 +285,30 @@ def test_both_directions_of_a_prefix_mismatch_are_the_family_and_its_cause():
     for log in (plain_into_wrapper, wrapper_into_plain):
         assert (triage(log).case, triage(log).cause["status"]) == ("state_dict_prefix", EVIDENCED)
     assert triage(renamed).cause["status"] == CONTRADICTED
+
+
+def test_a_report_in_words_is_its_concepts_found_together_in_any_order_and_shown_as_evidence():
+    rules = {
+        "toy": TriageSigns(
+            signs=(
+                Sign(
+                    "failure",
+                    r"(?i)\bpredict\w*",
+                    0.5,
+                    "predictions that differ",
+                    family=True,
+                    near=(r"(?i)\bdiffer\w*", r"(?i)\bsame input"),
+                ),
+            )
+        )
+    }
+    together = "Why two different results?\nI call predict twice\non the same input."
+    verdict = triage(together, rules)
+    assert verdict.case == "toy" and verdict.cause["status"] == NOT_EVIDENCED
+    assert verdict.candidates[0].evidence == ["I call predict twice", "Why two different results?", "on the same input."]
+    apart = "Why two different results?\n" + "unrelated line\n" * (NEAR_LINES + 1) + "I call predict twice on the same input."
+    assert triage(apart, rules).case is None
+    assert triage("I call predict twice on the same input.", rules).case is None  # one concept missing
 
 
 def test_a_look_alike_error_gets_no_family():

@@ -108,8 +108,12 @@ def test_figures_per_family_on_the_fourth_kept_apart_set():
     signs, while the third set's misses were being read; its README says how), 73 logs. Measured once, with the signs
     written for the third set's misses: 28 of 44 right (64%), 40 of 44 in the top 3 (91%), 2 of 29 claimed (7%),
     short of all three goals of issue 49. The third set measured 63%, 86% and 4% before its own misses were read: the
-    signs written for reports in words lift the set they were read from, and barely the next. The floor below holds
-    what was measured, so that a later change of signs cannot lose it unseen."""
+    signs written for reports in words lift the set they were read from, and barely the next. Then (2026-11-28) its
+    misses were read: a report in words is concepts found together, in any order (`Sign.near`, within NEAR_LINES
+    lines), not one sentence spelled out; 12 cases gained such a sign from their family's own description (memory that
+    grows over iterations, predictions of one input that differ, the sampler's order the same each epoch, ...), kept
+    only where no near-miss of the other sets was claimed: 40 of 44 right, 42 of 44 in the top 3, 2 of 29 claimed. This
+    set is no longer kept apart (a fifth measures it); the floor holds what is reached."""
     positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_4)
     assert (positives, negatives) == (44, 29)
-    assert right >= 28 and top3 >= 40 and claimed <= 2, (right, top3, claimed)
+    assert right >= 40 and top3 >= 42 and claimed <= 2, (right, top3, claimed)

@@ -24,6 +24,9 @@ Scoring. A sign is a regex searched in the cleaned log, one line at a time:
              for every device-side assert)
     veto     a near-miss that rules the case out (an NCCL timeout for a rank killed by SIGABRT)
     against  another cause of the same failure: the family stays, the case's cause is contradicted
+A sign with `near` patterns matches only where each of them matches within NEAR_LINES lines of its own line: a
+report in prose ("two predictions of the same input differ", "the gradients scale with the accumulation steps") is
+concepts found together, in any order and wording, not one sentence spelled out.
 A failure sign with `family=True` is the family's own text: alone it names the family (score at least
 VERDICT_SCORE, cause not evidenced), where without it the case would be held back as too little to decide.
 The score combines the weights of the signs that matched, 1 - prod(1 - weight), each sign once.
@@ -56,6 +59,7 @@ __all__ = [  # what the cases (Sign, TriageSigns), the matrix (normalise) and th
     "FAMILY_LINE",
     "LOOKALIKES",
     "MAX_LINE_CHARS",
+    "NEAR_LINES",
     "NOT_EVIDENCED",
     "NOT_KNOWN",
     "TOO_LITTLE",
@@ -90,6 +94,9 @@ UNCLAIMED_CEILING = 0.45  # strictly below VERDICT_SCORE: supporting lines alone
 EVIDENCE_CHARS = 300
 
 
+NEAR_LINES = 3  # a prose sign's concepts (`Sign.near`) are found at most this many lines from its pattern's line
+
+
 NOT_KNOWN = "not one of the known cases"
 
 
@@ -116,6 +123,7 @@ class Sign:
     weight: float  # how much this line alone says the log is the case, in [0, 1]; unused for a veto or an against
     why: str
     family: bool = False  # a failure line that is the family's own text: alone it names the family
+    near: tuple[str, ...] = ()  # regexes each matched within NEAR_LINES lines of `pattern`'s: a prose report's concepts
 
 
 @dataclass(frozen=True)
@@ -322,7 +330,14 @@ def triage(text: str, rules: dict[str, TriageSigns] | None = None) -> Verdict:
 
 def _score(case: str, rules: TriageSigns, search: "_Search", starts: list[int], raw: list[str]) -> Candidate | None:
     matched: list[tuple[Sign, int]] = []
+    concepts: list[int] = []  # the lines of a prose sign's other concepts (`Sign.near`): evidence beside its own line
     for sign in rules.signs:
+        if sign.near:
+            found = search.first_near(sign.pattern, sign.near, NEAR_LINES)
+            if found is not None:
+                matched.append((sign, found[0]))
+                concepts += found[1:]
+            continue
         position = search.first(sign.pattern)
         if position is not None:
             matched.append((sign, _line_of(position, starts)))
@@ -363,7 +378,7 @@ def _score(case: str, rules: TriageSigns, search: "_Search", starts: list[int], 
         why, cause = held, None
     else:
         cause = CONTRADICTED if against else EVIDENCED
-    evidence = list(dict.fromkeys(_evidence(raw, line) for _, line in matched))
+    evidence = list(dict.fromkeys([_evidence(raw, line) for _, line in matched] + [_evidence(raw, line) for line in concepts]))
     contra = tuple(f"{_evidence(raw, line)}  ({sign.why})" for sign, line in against)
     return Candidate(case, round(score, 3), evidence, why, cause, contra)
 

@@ -3,6 +3,7 @@ a literal every match needs is absent, and searched line by line where it cannot
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 
@@ -48,6 +49,47 @@ class _Search:
                 self.found[pattern] = _first_match(pattern, self.cleaned)
         return self.found[pattern]
 
+    def first_near(self, pattern: str, near: tuple[str, ...], lines: int) -> list[int] | None:
+        """The lines of the first match of `pattern` whose line has a match of every pattern in `near` at most `lines`
+        lines away, before or after it, and of those matches (the nearest of each): the concepts of a report written in
+        prose, in any order and wording around them. None where there is no such match."""
+        if self.first(pattern) is None or any(self.first(other) is None for other in near):
+            return None
+        others = [self._match_lines(other) for other in near]
+        for line in self._match_lines(pattern):
+            found = [_nearest(other, line, lines) for other in others]
+            if all(at is not None for at in found):
+                return [line] + [at for at in found if at != line]
+        return None
+
+    def _match_lines(self, pattern: str) -> list[int]:
+        """Every line holding a match of `pattern` (of one that may cross lines: the line its match starts on)."""
+        key = "\0lines\0" + pattern
+        if key not in self.lines_with:
+            starts = self._line_starts_of_cleaned()
+            if _one_line(pattern):
+                needed = _needed(pattern)
+                if needed:
+                    holding = min(
+                        (sorted(set().union(*(self._line_indices(literal) for literal in literals))) for literals in needed), key=len
+                    )
+                else:
+                    holding = range(len(starts))
+                found = [line for line in holding if re.search(pattern, self._cleaned_lines()[line])]
+            else:
+                found = sorted({_line_of(match.start(), starts) for match in re.finditer(pattern, self.cleaned, re.MULTILINE)})
+            self.lines_with[key] = found
+        return self.lines_with[key]
+
+    def _cleaned_lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines, self._starts = self.cleaned.split("\n"), _line_starts(self.cleaned)
+        return self._lines
+
+    def _line_starts_of_cleaned(self) -> list[int]:
+        self._cleaned_lines()
+        return self._starts
+
     def _line_indices(self, literal: str) -> list[int]:
         """The lines whose lower-cased text holds `literal` (positions in the lowered text, whose lines are the same)."""
         if literal not in self.lines_with:
@@ -76,6 +118,14 @@ class _Search:
             if found:
                 return self._starts[line] + found.start()
         return None
+
+
+def _nearest(lines: list[int], line: int, distance: int) -> int | None:
+    """The one of the sorted `lines` nearest to `line`, where it is at most `distance` away."""
+    at = bisect.bisect_left(lines, line)
+    around = [lines[index] for index in (at - 1, at) if 0 <= index < len(lines)]
+    best = min(around, key=lambda other: abs(other - line), default=None)
+    return best if best is not None and abs(best - line) <= distance else None
 
 
 # What lets a match span lines: a whitespace or non-word class, a negated set, a newline, dot-matches-all.
