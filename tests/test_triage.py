@@ -55,6 +55,7 @@ KEPT_APART = ROOT / "tests" / "triage_logs_keptapart"
 KEPT_APART_2 = ROOT / "tests" / "triage_logs_keptapart2"  # the second set (2026-11-27): its README says how it was kept
 KEPT_APART_3 = ROOT / "tests" / "triage_logs_keptapart3"  # the third set (2026-11-28)
 KEPT_APART_4 = ROOT / "tests" / "triage_logs_keptapart4"  # the fourth set (2026-11-28, collected by helpers)
+KEPT_APART_5 = ROOT / "tests" / "triage_logs_keptapart5"  # the fifth set (2026-11-28, collected by helpers, 18 families)
 MATCH = " #=MATCH=#"
 
 

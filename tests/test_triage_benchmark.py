@@ -3,7 +3,7 @@ results, never by a timed assert), and its figures per family on the logs kept a
 
 from harness.cases import ROOT
 from harness.triage import LOOKALIKES, _first_match, _normalise_text, _raw_lines, _Search, load_signs, triage
-from tests.test_triage import KEPT_APART, KEPT_APART_2, KEPT_APART_3, KEPT_APART_4, _figures
+from tests.test_triage import KEPT_APART, KEPT_APART_2, KEPT_APART_3, KEPT_APART_4, KEPT_APART_5, _figures
 
 LINES = 10_000
 # The goals of issue 49 on the kept-apart logs: family verdict right, right case in the top 3, negatives claimed.
@@ -117,3 +117,18 @@ def test_figures_per_family_on_the_fourth_kept_apart_set():
     positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_4)
     assert (positives, negatives) == (44, 29)
     assert right >= 40 and top3 >= 42 and claimed <= 2, (right, top3, claimed)
+
+
+def test_figures_per_family_on_the_fifth_kept_apart_set():
+    """The fifth kept-apart set (tests/triage_logs_keptapart5/, collected 2026-11-28 by helpers that never saw the
+    signs, while those of the fourth set's misses were being written; its README says how), 51 logs over 18 families.
+    Measured once, on the signs of 4728ebf: 16 of 31 right (52%), 26 of 31 in the top 3 (84%), 2 of 20 claimed (10%),
+    short of all three goals of issue 49. The signs before 4728ebf give 15, 26 and 1 on the same logs: the prose
+    concepts (`Sign.near`) written from the fourth set's misses lifted it from 28 to 40 of 44, and this set by one
+    log (and one claim). Of the 15 misses, 10 have the right case among the candidates, held back as too little to
+    decide: reports in words of families that have no concept sign yet (workers copying a dataset's dicts, workers
+    repeating augmentations, a codebook overflow told in words), and logs cut before their error line. The floor holds
+    what was measured, so that a later change of signs cannot lose it unseen."""
+    positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_5)
+    assert (positives, negatives) == (31, 20)
+    assert right >= 16 and top3 >= 26 and claimed <= 2, (right, top3, claimed)
