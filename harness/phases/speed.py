@@ -164,7 +164,7 @@ def _out_of_time(processes: int, seconds: float, timing: SpeedSettings, graded: 
     `max_processes`. A grade stops at `grade_max_s` only once `grade_min_processes` processes were measured: Student's
     t over a few process medians is wide on a noisy machine (a correct fix at 1.05x [0.93, 1.18] against 1.15x, 5
     processes of 13 s in 64 s on CI's 2 cores: a standard deviation of 9.5% between process ratios, where this quiet
-    machine's three were 1.3% apart), and a case whose calls are long fits few; 3x `grade_max_s` bounds it."""
+    machine's three had 1.3%), and a case whose calls are long fits few; 3x `grade_max_s` bounds it."""
     if not graded:
         return processes >= timing.max_processes or seconds >= timing.max_s
     return seconds >= GRADE_HARD_LIMIT * timing.grade_max_s or (seconds >= timing.grade_max_s and processes >= timing.grade_min_processes)
