@@ -378,7 +378,7 @@ def _score(case: str, rules: TriageSigns, search: "_Search", starts: list[int], 
         why, cause = held, None
     else:
         cause = CONTRADICTED if against else EVIDENCED
-    evidence = list(dict.fromkeys([_evidence(raw, line) for _, line in matched] + [_evidence(raw, line) for line in concepts]))
+    evidence = list(dict.fromkeys(_evidence(raw, line) for line in [line for _, line in matched] + concepts))
     contra = tuple(f"{_evidence(raw, line)}  ({sign.why})" for sign, line in against)
     return Candidate(case, round(score, 3), evidence, why, cause, contra)
 

@@ -29,6 +29,7 @@ class _Search:
         self.found: dict[str, int | None] = {}
         self.present: dict[str, bool] = {}
         self.lines_with: dict[str, list[int]] = {}
+        self.match_lines: dict[str, list[int]] = {}
         self._lines: list[str] | None = None
         self._starts: list[int] | None = None
         self._lowered_starts: list[int] | None = None
@@ -64,31 +65,26 @@ class _Search:
 
     def _match_lines(self, pattern: str) -> list[int]:
         """Every line holding a match of `pattern` (of one that may cross lines: the line its match starts on)."""
-        key = "\0lines\0" + pattern
-        if key not in self.lines_with:
-            starts = self._line_starts_of_cleaned()
+        if pattern not in self.match_lines:
+            lines, starts = self._cleaned_lines()
+            needed = _needed(pattern)
             if _one_line(pattern):
-                needed = _needed(pattern)
-                if needed:
-                    holding = min(
-                        (sorted(set().union(*(self._line_indices(literal) for literal in literals))) for literals in needed), key=len
-                    )
-                else:
-                    holding = range(len(starts))
-                found = [line for line in holding if re.search(pattern, self._cleaned_lines()[line])]
+                holding = self._rarest_lines(needed) if needed else range(len(lines))
+                found = [line for line in holding if re.search(pattern, lines[line])]
             else:
                 found = sorted({_line_of(match.start(), starts) for match in re.finditer(pattern, self.cleaned, re.MULTILINE)})
-            self.lines_with[key] = found
-        return self.lines_with[key]
+            self.match_lines[pattern] = found
+        return self.match_lines[pattern]
 
-    def _cleaned_lines(self) -> list[str]:
+    def _cleaned_lines(self) -> tuple[list[str], list[int]]:
+        """The cleaned log's lines and where each starts, split once."""
         if self._lines is None:
             self._lines, self._starts = self.cleaned.split("\n"), _line_starts(self.cleaned)
-        return self._lines
+        return self._lines, self._starts
 
-    def _line_starts_of_cleaned(self) -> list[int]:
-        self._cleaned_lines()
-        return self._starts
+    def _rarest_lines(self, needed: tuple[tuple[str, ...], ...]) -> list[int]:
+        """The fewest lines that hold every match: those holding one literal of the rarest of the `needed` sets."""
+        return min((sorted(set().union(*(self._line_indices(literal) for literal in literals))) for literals in needed), key=len)
 
     def _line_indices(self, literal: str) -> list[int]:
         """The lines whose lower-cased text holds `literal` (positions in the lowered text, whose lines are the same)."""
@@ -106,17 +102,14 @@ class _Search:
         return self.lines_with[literal]
 
     def _first_in_lines(self, pattern: str, needed: tuple[tuple[str, ...], ...]) -> int | None:
-        every_match_holds = min(
-            (sorted(set().union(*(self._line_indices(literal) for literal in literals))) for literals in needed), key=len
-        )
-        if self._lines is None:
-            self._lines, self._starts = self.cleaned.split("\n"), _line_starts(self.cleaned)
-        if len(every_match_holds) * 4 > len(self._lines):
+        every_match_holds = self._rarest_lines(needed)
+        lines, starts = self._cleaned_lines()
+        if len(every_match_holds) * 4 > len(lines):
             return _first_match(pattern, self.cleaned)
         for line in every_match_holds:  # in order: the first line with a match holds the log's first match
-            found = re.search(pattern, self._lines[line], re.MULTILINE)
+            found = re.search(pattern, lines[line], re.MULTILINE)
             if found:
-                return self._starts[line] + found.start()
+                return starts[line] + found.start()
         return None
 
 
