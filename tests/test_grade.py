@@ -342,6 +342,18 @@ def test_a_timed_output_on_inputs_the_model_solution_misses_is_judged_against_it
     assert any(tensor is None for _, tensor in named_tensors(right))
     torch.save(flatten_tensors(right), tmp_path / "with_none.pt")
     assert _judge_timed_in_child(cfg, "cpu", None, [{**kept[0], "path": str(tmp_path / "with_none.pt")}], 1) == (0, "")
+    # a stateful case: the checked call is the third on its process's inputs; the judge replays the two before it
+    case = load_case("backward_twice")
+    cfg = OmegaConf.merge(compose_config("case=backward_twice").case, {"seed": 0})
+    state = case.make_inputs(OmegaConf.merge(speed_config(cfg, "cpu"), {"seed": 1001}), "cpu")
+    case.fixed(state), case.fixed(state)
+    third = flatten_tensors(case.fixed(state))
+    torch.save(third, tmp_path / "third.pt")
+    torch.save([t * 1.01 if t.is_floating_point() else t for t in third], tmp_path / "third_wrong.pt")
+    at_step = {**kept[0], "step": 2}
+    assert _judge_timed_in_child(cfg, "cpu", None, [{**at_step, "path": str(tmp_path / "third.pt")}], 1) == (0, "")
+    count, message = _judge_timed_in_child(cfg, "cpu", None, [{**at_step, "path": str(tmp_path / "third_wrong.pt")}], 1)
+    assert count == 1 and "mismatch" in message, message
 
 
 def test_the_judge_sees_a_changed_parameter_buffer_or_attribute_of_a_module():
