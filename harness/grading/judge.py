@@ -259,6 +259,7 @@ def _judge_timed_in_child(cfg: DictConfig, device: str, inputs: Any, kept: list[
                 want, failure = call(case.reference, state[0], device)
                 if failure is not None:
                     raise RuntimeError(f"the reference itself failed: {failure.headline}")
+            # a kept output holds its tensors flattened (no None): the reference and the model solution alike
             steps = entry["step"] if stateful else None
             solution = lambda: flatten_tensors(_model_solution(case, seeded, device, _replayed(case, seeded, device, steps)))  # noqa: E731
             status, message = _judge_kept(entry["path"], flatten_tensors(want), cfg, solution)
