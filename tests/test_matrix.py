@@ -194,9 +194,7 @@ def test_each_entry_lists_exactly_the_committed_versions_it_was_established_on()
             specifier = SpecifierSet(entry["torch"])
             modes = entry.get("compile", ["off"])
             matching = {
-                r.torch
-                for r in records
-                if r.case == case and r.device in entry["devices"] and r.compile in modes and r.torch in specifier
+                r.torch for r in records if r.case == case and r.device in entry["devices"] and r.compile in modes and r.torch in specifier
             }
             assert sorted(entry["established"], key=Version) == sorted(matching, key=Version), f"{case} {entry['torch']}"
 
