@@ -153,6 +153,13 @@ triage_signs = TriageSigns(
             family=True,
         ),
         Sign(
+            "failure",
+            r"element 0 of tensors does not require grad and does not have a grad_fn",
+            0.3,
+            "autograd found nothing to differentiate, beside a frozen model's adapters (LoRA, PEFT) or gradient checkpointing: the checkpointed blocks' inputs do not require grad",
+            near=(r"(?i)\blora\b|\bpeft\b|gradient[_ ]checkpoint|use_reentrant|enable_input_require_grads",),
+        ),
+        Sign(
             "context",
             r"(?i)\b(?:lora|q?lora_[ab]|peft|get_peft_model|loraconfig|adapters?)\b|_with_peft\b",
             0.35,

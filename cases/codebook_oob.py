@@ -126,6 +126,17 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
+            r"(?i)\b(?:snac|encodec|dac|mimi|x-?codec|wavtokenizer|audio codec|neural codec)\b",
+            0.5,
+            "a report in words: a neural audio codec handed ids or values past its range",
+            family=True,
+            near=(
+                r"(?i)\b(?:vocab\w*|tokens?|ids?|codes?|indices|index|values?)\b",
+                r"(?i)\b(?:out of (?:range|bounds)|exceed\w*|overflow\w*|larger than|greater than|bigger than|beyond)\b|[>≥] ?\d{3,}",
+            ),
+        ),
+        Sign(
+            "failure",
             r"(?i)\bcodebooks?\b",
             0.5,
             "a report in words: token ids past a codec's codebook size",

@@ -86,7 +86,7 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
-            r"(?i)\b(?:same|identical|duplicated?|repeated)\b[^.\n]{0,80}\b(?:across|per|in|for|on|by|from) (?:each|every|all|different|multiple|the|several) (?:of the )?(?:data ?loader |dataloader )?workers?\b|\bworkers?\b[^.\n]{0,80}\b(?:same|identical|duplicated?)\b[^.\n]{0,20}\b(?:random\w*|seeds?|augment\w*|transform\w*|images?|samples?|crops?|numbers?)\b",
+            r"(?i)\b(?:same|identical|duplicated?|repeated)\b[^.\n]{0,80}\b(?:across|per|in|for|on|by|from) (?:each|every|all|different|multiple|the|several) (?:of the )?(?:data ?loader |dataloader )?workers?\b|\bworkers?\b[^.\n]{0,80}\b(?:same|identical|duplicated?|redundant|equally seeded)\b[^.\n]{0,20}\b(?:random\w*|seeds?|augment\w*|transform\w*|images?|samples?|crops?|numbers?|results|outputs)\b",
             0.5,
             "a report in words: DataLoader workers drawing the same random numbers, augmentations or samples",
             family=True,
@@ -123,6 +123,12 @@ triage_signs = TriageSigns(
             r"(?i)\b(?:random (?:numbers?|values?|draws?)|augmentations?)\b[^.?]{0,60}\b(?:different|every|each) epochs? +(?:is|are) the same\b|\b(?:same|identical) (?:random (?:numbers?|values?)|augmentations?)\b[^.?]{0,30}\b(?:across|in (?:different|every|each)) epochs?\b",
             0.5,
             "the workers' random draws the same in every epoch: each epoch's workers start from the same state",
+        ),
+        Sign(
+            "failure",
+            r"(?i)\b(?:only )?re-?seeds?\b[^.]{0,40}\btorch\b[^.]{0,40}\b(?:not|but not|and not|never)\b[^.]{0,20}\b(?:numpy|np|python'?s? random)\b|\b(?:numpy|np\.random)\b[^.]{0,40}\b(?:is |are )?not (?:re-?)?seeded\b[^.]{0,40}\bworkers?\b",
+            0.5,
+            "the cause in words: each worker's torch generator is reseeded, numpy's (or Python's) is not",
         ),
         Sign(
             "context",

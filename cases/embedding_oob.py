@@ -89,10 +89,17 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
-            r"index out of range: Tried to access index -?\d+",
+            r"index out of range: Tried to access index -?\d+|\bindex out of range at \S*THTensor(?:EvenMore)?Math\.cpp\b",
             0.8,
-            "torch 1.x's CPU error of an embedding lookup past the table",
+            "torch 1.x's CPU error of an embedding lookup past the table (before 1.3, only where TH raised it)",
             family=True,
+        ),
+        Sign(
+            "failure",
+            r"(?i)(?<!list )(?<!string )(?<!tuple )(?<!str )\bindex out of range\b",
+            0.5,
+            "a report in words (or a traceback cut before its last line): an index out of range beside an embedding table",
+            near=(r"(?i)nn\.Embedding\(|\bembeddings?\b",),
         ),
         Sign(
             "failure",

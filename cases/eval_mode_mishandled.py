@@ -123,6 +123,13 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
+            r"(?i)\bforg[eo]t\w*\b|\bmissed\b",
+            0.45,
+            "forgot to call `.eval()`, its line shown after the sentence",
+            near=(r"(?:\w|\]|\))\.eval\(\)|\btrain\(False\)",),
+        ),
+        Sign(
+            "failure",
             r"(?i)\bdropout\b[^.?!]{0,60}\b(?:use|call|need\w*|requires?|add)\b[^.?!]{0,15}\b(?:\w+\.)?eval\(\)|\beval\(\)[^.?!]{0,40}\b(?:turns? off|disabl\w*|deactivat\w*|switch\w* off|ban)\b[^.?!]{0,20}\bdropout|\bdropout\b[^.?!]{0,40}\b(?:test|evaluation|eval|inference|predictions?|accuracy|results?)\b[^.?!]{0,20}\b(?:won't|will not|isn't|is not|aren't|are not)\b[^.?!]{0,10}\b(?:be )?(?:correct|right|deterministic|reproducible)|\b(?:evaluation|eval|inference) mode\b[^.?!]{0,40}\b(?:turns? off|disabl\w*|deactivat\w*|switch\w* off)\b[^.?!]{0,20}\bdropout|\bdropout\b[^.?!]{0,30}\b(?:when|while) (?:the )?(?:model|module|net\w*) is (?:not training|in eval\w*|evaluat\w*)",
             0.45,
             "eval() (eval mode) is needed for a correct evaluation because of dropout",

@@ -129,6 +129,12 @@ triage_signs = TriageSigns(
             "out of memory in the user's words (not the error line's own words), or memory that explodes",
         ),
         Sign(
+            "failure",
+            r"(?i)\bkeeps? (?:the )?(?:whole |entire )?(?:computation(?:al)? |autograd )?graphs?\b[^.]{0,40}\b(?:forever|of (?:all|every) (?:the )?(?:previous|past|earlier))\b",
+            0.45,
+            "the cause in words: a running sum keeps the graph of every earlier step",
+        ),
+        Sign(
             "context",
             r"\w+ *\+= *(?:\w+\.)*\w*(?:loss|Loss)\w*(?:\[['\"]?\w+['\"]?\])?(?![\w.(\[])",
             0.4,

@@ -146,7 +146,12 @@ triage_signs = TriageSigns(
             0.6,
             "a layer replaced after the optimizer was built: the optimizer still holds the old parameters",
         ),
-        Sign("context", r"(?i)ModuleList|ModuleDict|add_module", 0.25, "the registering containers, the cure, named"),
+        Sign(
+            "context",
+            r"(?i)ModuleList|ModuleDict|add_module|register_module|nn\.Sequential\(\*\[",
+            0.25,
+            "the registering containers, the cure, named (a Sequential built from the list is one too)",
+        ),
         Sign(
             "veto",
             r"(?i)Error\(s\) in loading state_dict|Missing key\(s\)|Unexpected key\(s\)|size mismatch for|\b(?:Adagrad|AdaGrad)\b.{0,80}\b(?:cpu|gpu|cuda|device)",

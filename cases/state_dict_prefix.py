@@ -163,11 +163,13 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
-            r"(?i)[\"'`]module(?:\.[\w.]*)?[\"'`]|\bmodule\.(?:xxx|\*|\.\.\.)|\b(?:prefix\w*|prepend\w*)\b[^.]{0,30}\b(?:module|_orig_mod)\b|\b(?:module|_orig_mod)\b[^.]{0,20}\bprefix\w*",
+            r"(?i)[\"'`]module(?:\.[\w.]*)?[\"'`]|\bmodule\.(?:xxx|\*|\.\.\.)|\b(?:prefix\w*|prepend\w*)\b[^.]{0,30}\b(?:module|_orig_mod)\b|\b(?:module|_orig_mod)\b\.?[^.]{0,20}\bprefix\w*",
             0.5,
             "a report in words: the keys carry a wrapper's `module.` prefix",
             family=True,
-            near=(r"(?i)\b(?:unexpected|missing) keys?\b|\bstate_?dict\b|\bload(?:ed|ing)?\b[^.]{0,20}\b(?:model|weights|checkpoint)",),
+            near=(
+                r"(?i)\b(?:unexpected|missing) keys?\b|\bkeys? mismatch|\bstate[_ ]?dicts?\b|\bcheckpoints?\b|\bload(?:ed|ing)?\b[^.]{0,20}\b(?:model|weights)",
+            ),
         ),
         Sign(
             "against",

@@ -147,6 +147,17 @@ triage_signs = TriageSigns(
             "the weights have to be tied again after materialising",
         ),
         Sign(
+            "failure",
+            r"(?i)\btied (?:embeddings?|weights?|param(?:eter)?s?)\b|\bshared param(?:eter)?s?\b|权重绑定|绑定的权重|共享参数",
+            0.5,
+            "a report in words, in any language: tied weights, materialised (to_empty, the meta device), found two objects or stale",
+            family=True,
+            near=(
+                r"(?i)\bto_empty\b|materiali[sz]\w*|\bmeta[ _]device|init_device=\W?meta\b|物化",
+                r"(?i)\bstale\b|no longer the same|not the same (?:object|parameter|tensor)|\.weight is not \S+\.weight|不再是同一个|不是同一个|对象会变化|解绑",
+            ),
+        ),
+        Sign(
             "context",
             r"(?i)\bmeta[ _]device|device=?\(?[\"']meta[\"']|torch\.device\([\"']meta[\"']\)|to_empty|init_empty_weights|low_cpu_mem_usage|param_init_fn|materiali[sz]",
             0.35,

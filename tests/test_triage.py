@@ -383,6 +383,14 @@ def test_two_runs_of_one_failure_normalise_to_the_same_text():
     assert normalise(first) == normalise(second)
 
 
+def test_an_ascii_word_written_against_chinese_keeps_its_word_boundary():
+    """Written "Lora报错", "Lora" ends in no word boundary (both sides are word characters): cleaning puts a space
+    there, so a sign's `\\blora\\b` finds it; text without such characters is left as it was."""
+    assert normalise("Llama3 Lora报错：RuntimeError: element 0") == ["Llama3 Lora 报错：RuntimeError: element 0"]
+    assert normalise("loss为nan，显存不足") == ["loss 为 nan，显存不足"]
+    assert normalise("plain ascii_text 12") == ["plain ascii_text 12"]
+
+
 # -- the command line ------------------------------------------------------------------------
 
 

@@ -128,10 +128,16 @@ def test_figures_per_family_on_the_fifth_kept_apart_set():
     log (and one claim). Of the 15 misses, 10 have the right case among the candidates, held back as too little to
     decide: reports in words of families that have no concept sign yet (workers copying a dataset's dicts, workers
     repeating augmentations, a codebook overflow told in words), and logs cut before their error line. The floor holds
-    what was measured, so that a later change of signs cannot lose it unseen."""
+    what was measured, so that a later change of signs cannot lose it unseen. Then (2026-11-29, with the sixth set's
+    misses) its misses were read, and the signs widened for their families, not their sentences: older and newer
+    wordings (TH's `index out of range at ...THTensorEvenMoreMath.cpp`), copy-on-access named beside memory and workers,
+    numpy's generator not reseeded per worker, `.eval()` forgotten on the line after the sentence, a codec handed ids
+    past its range, an ASCII word written against Chinese (cleaning now spaces them, so `\\b` holds): 27 of 31 right,
+    27 of 31 in the top 3, 2 of 20 claimed, and not one other log of any set changed. This set is no longer kept
+    apart (a seventh measures it)."""
     positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_5)
     assert (positives, negatives) == (31, 20)
-    assert right >= 16 and top3 >= 26 and claimed <= 2, (right, top3, claimed)
+    assert right >= 27 and top3 >= 27 and claimed <= 2, (right, top3, claimed)
 
 
 def test_figures_per_family_on_the_sixth_kept_apart_set():
@@ -141,7 +147,11 @@ def test_figures_per_family_on_the_sixth_kept_apart_set():
     two tied_weights_meta_init reports in Chinese prose (top candidate, 0.448), params_not_registered's LSTM cells
     kept in a list (0.45), state_dict_prefix's `_orig_mod.` told in a pull request's words (0.05); the claims: a
     shape mismatch on an old checkpoint (state_dict_prefix's family line) and a scratch trainer's zero_grad. The floor
-    holds what was measured, so that a later change of signs cannot lose it unseen."""
+    holds what was measured, so that a later change of signs cannot lose it unseen. Then (2026-11-29) its misses were
+    read: a Sequential built from the list named as the cure, `_orig_mod.` / `module.` written with its dot before
+    "prefix", tied weights found two objects or stale after materialising (in any language): 15 of 15 right, 2 of 10
+    claimed (the claims stand: a shape mismatch under the family's own line, and a scratch trainer's `.grad`). This
+    set is no longer kept apart (a seventh measures it)."""
     positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_6)
     assert (positives, negatives) == (15, 10)
-    assert right >= 11 and top3 >= 15 and claimed <= 2, (right, top3, claimed)
+    assert right >= 15 and top3 >= 15 and claimed <= 2, (right, top3, claimed)

@@ -39,6 +39,17 @@ _SUBSTITUTIONS = (
 )
 
 
+# Chinese, Japanese or Korean written against an ASCII word ("Lora报错", "loss为nan") leaves no word boundary for a
+# sign's \b: a space goes between them. Most logs have no such text, and one search says so.
+_CJK = "\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_ANY_CJK = re.compile(f"[{_CJK}]")
+_ASCII_BESIDE_CJK = re.compile(f"(?<=[A-Za-z0-9_])(?=[{_CJK}])|(?<=[{_CJK}])(?=[A-Za-z0-9_])")
+
+
+def _spaced(text: str) -> str:
+    return _ASCII_BESIDE_CJK.sub(" ", text) if _ANY_CJK.search(text) else text
+
+
 def _short_path(match: re.Match) -> str:
     """An installed file by its package path (torch/nn/functional.py), any other absolute path by its last two parts."""
     path = match.group(0).replace("\\", "/")
@@ -65,7 +76,7 @@ def _normalise_text(raw: list[str]) -> str:
     text = _PATH.sub(_short_path, text)
     for pattern, replacement in _SUBSTITUTIONS:
         text = pattern.sub(replacement, text)
-    return "\n".join(line.strip() for line in text.split("\n"))
+    return "\n".join(line.strip() for line in _spaced(text).split("\n"))
 
 
 def _raw_lines(text: str) -> list[str]:
@@ -80,4 +91,4 @@ def _normalise_line(line: str) -> str:
     line = _PATH.sub(_short_path, line)
     for pattern, replacement in _SUBSTITUTIONS:
         line = pattern.sub(replacement, line)
-    return line.strip()
+    return _spaced(line).strip()
