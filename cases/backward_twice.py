@@ -99,6 +99,13 @@ triage_signs = TriageSigns(
             family=True,
         ),
         Sign(
+            "failure",
+            r"(?i)\b(?:multiple|subsequent|several|second|two|later|next) backward(?:s| pass(?:es)?| calls?)?\b[^.]{0,40}\bwithout\b[^.]{0,30}\b(?:retain\w*|detach\w*)|\breus\w* (?:the )?(?:state|hidden\w*|variables?|tensors?)\b[^.]{0,40}\b(?:subsequent|second|next|later|multiple) backward",
+            0.5,
+            "a report in words: state reused across backward passes without detaching it (or retaining the graph)",
+            family=True,
+        ),
+        Sign(
             "context",
             r"\b(?:init_hidden|repackage_hidden|detach_hidden|reset_hidden|h_state|hidden_state|self\.hidden|self\.hx)\b|\bhidden *=",
             0.4,

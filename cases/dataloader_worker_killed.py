@@ -107,7 +107,8 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
-            r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|(?i:worker ?[(（]pid[^)）]*[)）] ?is killed by signal ?[:：] ?killed)",
+            r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed|(?i:worker ?[(（]pid[^)）]*[)）] ?is killed by signal ?[:：] ?killed)"
+            r"|(?i:\bdata ?loader workers? (?:was |were |is |are |gets? |got |being )?killed\b)",
             0.55,
             "a DataLoader worker ended by SIGKILL: the OOM killer, most often, on workers whose memory grew",
             family=True,

@@ -137,6 +137,12 @@ triage_signs = TriageSigns(
             0.6,
             "DDP's list (TORCH_DISTRIBUTED_DEBUG) of the parameters that got no gradient on a rank",
         ),
+        Sign(
+            "failure",
+            r"\[Rank \d+\] Parameter: [\w.]+ did not get gradient|\bParameter: [\w.]+ did not get gradient in backwards pass",
+            0.6,
+            "the reducer's own line per parameter (reducer.cpp, TORCH_DISTRIBUTED_DEBUG=DETAIL): a parameter that got no gradient on a rank",
+        ),
         Sign("context", r"find_unused_parameters", 0.2, "DDP's unused-parameter detection is mentioned"),
         Sign("context", r"layerdrop|layer_drop|LayerDrop", 0.3, "LayerDrop in play: layers skipped at random in training"),
         Sign("context", r"DistributedDataParallel|nn/parallel/distributed\.py|_rebuild_buckets", 0.2, "raised in DistributedDataParallel"),

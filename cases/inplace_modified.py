@@ -110,8 +110,14 @@ triage_signs = TriageSigns(
             "the version check's figures (saved tensor, version seen, version saved), where the line with the message was cut or wrapped",
         ),
         Sign(
+            "failure",
+            r"(?i)\bin-?(?:place|palce|plcae) (?:operation|op)s?\b[^.]{0,20}\b(?:error|exception|problem|issue)s?\b|\b(?:error|exception)s?\b[^.]{0,20}\bin-?place (?:operation|op)s?\b",
+            0.45,
+            "a report in words: an in-place operation error (a tensor autograd saved, modified in place)",
+        ),
+        Sign(
             "context",
-            r"opt(?:imizer)?_?D\.step\(\)|optimizerD\.step\(\)|\bnetD\b|discriminator|d_loss|D_loss",
+            r"(?i:opt(?:imizer)?_?(?:net)?D\.step\(\))|optimizerD\.step\(\)|netD\b|(?i:discriminator|adversarial)|d_loss|D_loss",
             0.3,
             "a GAN's discriminator step in play: an optimizer stepping D before G's backward through D is the classic cause",
         ),

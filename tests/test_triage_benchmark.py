@@ -116,7 +116,8 @@ def test_figures_per_family_on_the_fourth_kept_apart_set():
     set is no longer kept apart (a fifth measures it); the floor holds what is reached."""
     positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_4)
     assert (positives, negatives) == (44, 29)
-    assert right >= 40 and top3 >= 42 and claimed <= 2, (right, top3, claimed)
+    # 41 and 43 from 2026-11-29, with "DataLoader worker killed" in words
+    assert right >= 41 and top3 >= 43 and claimed <= 2, (right, top3, claimed)
 
 
 def test_figures_per_family_on_the_fifth_kept_apart_set():
@@ -132,12 +133,13 @@ def test_figures_per_family_on_the_fifth_kept_apart_set():
     misses) its misses were read, and the signs widened for their families, not their sentences: older and newer
     wordings (TH's `index out of range at ...THTensorEvenMoreMath.cpp`), copy-on-access named beside memory and workers,
     numpy's generator not reseeded per worker, `.eval()` forgotten on the line after the sentence, a codec handed ids
-    past its range, an ASCII word written against Chinese (cleaning now spaces them, so `\\b` holds): 27 of 31 right,
-    27 of 31 in the top 3, 2 of 20 claimed, and not one other log of any set changed. This set is no longer kept
-    apart (a seventh measures it)."""
+    past its range, an ASCII word written against Chinese (cleaning now spaces them, so `\\b` holds), the reducer's
+    per-parameter line of TORCH_DISTRIBUTED_DEBUG, an in-place error told in words beside a GAN, state reused across
+    backward passes: 30 of 31 right, 30 of 31 in the top 3, 2 of 20 claimed, and of every other set's logs one more
+    right (the fourth's) and none lost. This set is no longer kept apart (a seventh measures it)."""
     positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_5)
     assert (positives, negatives) == (31, 20)
-    assert right >= 27 and top3 >= 27 and claimed <= 2, (right, top3, claimed)
+    assert right >= 30 and top3 >= 30 and claimed <= 2, (right, top3, claimed)
 
 
 def test_figures_per_family_on_the_sixth_kept_apart_set():
