@@ -154,6 +154,15 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
+            r"(?i)\bcheckpoint\w*",
+            0.45,
+            "a report in words: the checkpointed block's weights never move (its input does not require grad)",
+            near=(
+                r"(?i)\b(?:gradients?|weights?|parameters?|params)\b[^.\n]{0,40}\b(?:stays?|remains?|stuck|(?:is|are) always)\b[^.\n]{0,10}\b(?:fix\w*|frozen|unchanged|zero|none)\b|\bfirst (?:block|layer)\b[^.\n]{0,40}\bcannot be checkpointed",
+            ),
+        ),
+        Sign(
+            "failure",
             r"element 0 of tensors does not require grad and does not have a grad_fn",
             0.3,
             "autograd found nothing to differentiate, beside a frozen model's adapters (LoRA, PEFT) or gradient checkpointing: the checkpointed blocks' inputs do not require grad",

@@ -160,6 +160,17 @@ triage_signs = TriageSigns(
             0.15,
             "an asynchronous CUDA error: the indexing kernel's assert surfaces at a later op (mmseg's accuracy)",
         ),
+        Sign(
+            "failure",
+            r"(?i)\bignore_index\b",
+            0.5,
+            "a report in words: the class weights indexed with the ignore label (an IndexError or out-of-bounds index beside ignore_index and the weights)",
+            family=True,
+            near=(r"(?i)\bweights?\b", r"(?i)\bIndexError\b|\bout[- ]of[- ]bounds?\b|\bindex out of range\b"),
+        ),
+        Sign(
+            "context", r"(?i)\bweights?\[ *(?:target|label|gt)s? *\]", 0.4, "the class weights indexed by the target, ignore labels and all"
+        ),
         Sign("context", r"class_weight", 0.5, "class weights in play"),
         Sign("context", r"index (?:255|-100) is out of bounds", 0.5, "the index is an ignore label (255 or -100)"),
         Sign(

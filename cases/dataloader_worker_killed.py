@@ -101,7 +101,7 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
-            r"(?i)(?<!gpu )(?<!cuda )\b(?:ram|memory|mem)\b[^.?!]{0,50}\b(?:grows?|growing|rises?|rising|increas\w*|continues? to (?:rise|grow|increase)|climbs?)\b[^.?!]{0,80}\bnum_workers?\b[^.?!]{0,20}?(?:>|greater than|larger than|above|bigger than) ?0\b|\bnum_workers?\b ?(?:>|greater than|larger than|above) ?0\b[^.?!]{0,60}(?<!gpu )(?<!cuda )\b(?:ram|memory|mem)\b[^.?!]{0,30}\b(?:grows?|growing|rises?|rise|rising|increas\w*|climbs?)",
+            r"(?i)(?<!gpu )(?<!cuda )\b(?:ram|memory|mem)\b[^.?!]{0,50}\b(?:grows?|growing|rises?|rising|increas\w*|continues? to (?:rise|grow|increase)|climbs?)\b[^.?!]{0,80}\bnum_workers?\b[^.?!]{0,20}?(?:(?:>|greater than|larger than|above|bigger than) ?0\b|\bnon-?zero\b|\bpositive\b)|\bnum_workers?\b ?(?:>|greater than|larger than|above) ?0\b[^.?!]{0,60}(?<!gpu )(?<!cuda )\b(?:ram|memory|mem)\b[^.?!]{0,30}\b(?:grows?|growing|rises?|rise|rising|increas\w*|climbs?)",
             0.5,
             "host memory that grows with training only when the DataLoader has workers (num_workers > 0)",
         ),

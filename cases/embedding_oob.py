@@ -69,7 +69,7 @@ triage_signs = TriageSigns(
     signs=(
         Sign(
             "failure",
-            r"Indexing\.cu.*srcIndex < srcSelectDimSize|indexSelect(?:Large|Small)Index.*Assertion",
+            r"Indexing\.cu.*srcIndex < srcSelectDimSize|indexSelect(?:Large|Small)Index.*Assertion|Assertion `srcIndex < srcSelectDimSize` failed",
             0.9,
             "CUDA's index_select kernel, which an embedding lookup runs, asserted an index past the table",
             family=True,

@@ -142,12 +142,12 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
-            r"(?i)\b(?:predict\w*|inference|infer(?:red|ring)?|evaluat\w*|test(?:ing)?)\b|预测|推理|测试",
+            r"(?i)\b(?:predict\w*|inference|infer(?:red|ring)?|evaluat\w*|test(?:ing)?|model(?:'s)? outputs?)\b|预测|推理|测试",
             0.5,
             "a report in words: predictions or evaluations of the same input that differ from call to call",
             family=True,
             near=(
-                r"(?i)\b(?:different|differs?|vary|varies|varying|random(?:ly)?|inconsistent|non-?deterministic|not (?:the )?same|not reproducible)\b|不同|不一样|随机",
+                r"(?i)\b(?:different|differs?|vary|varies|varying|random(?:ly)?|inconsistent|non-?deterministic|not (?:the )?same|not reproducible|chang(?:es|ed|ing))\b|不同|不一样|随机",
                 r"(?i)\bsame (?:input|image|picture|sample|data|text|sentence|audio|example|batch)s?\b|\b(?:twice|each time|every time|multiple times|repeatedly|two (?:calls|runs|times))\b|同一|多次|两次",
             ),
         ),

@@ -156,8 +156,8 @@ triage_signs = TriageSigns(
             "a report in words: the loss or its gradients averaged wrongly across gradient-accumulation micro-batches",
             family=True,
             near=(
-                r"(?i)\b(?:divid\w*|normali[sz]\w*|averag\w*|means?|weigh\w*)\b",
-                r"(?i)\b(?:incorrect\w*|wrong\w*|without dividing|nothing divides|not divid\w*|linearly|proportional\w*|biased|instead of|different numbers? of (?:valid )?tokens)\b",
+                r"(?i)\b(?:divid\w*|normali[sz]\w*|averag\w*|means?|weigh\w*|scal(?:e|es|ed|ing))\b",
+                r"(?i)\b(?:incorrect\w*|wrong\w*|without dividing|nothing divides|not divid\w*|linearly|proportional\w*|biased|instead of|different numbers? of (?:valid )?tokens|naive(?:ly)?|assum\w* (?:that )?(?:all )?(?:the )?(?:sequences|samples|batches|examples) (?:are|have) (?:the )?same (?:size|length))\b",
             ),
         ),
         Sign(

@@ -125,7 +125,7 @@ triage_signs = TriageSigns(
             family=True,
             near=(
                 r"(?i)\blr_scheduler\b|\bschedulers?\b|ReduceLROnPlateau|\b(?:StepLR|MultiStepLR|ExponentialLR|CosineAnnealing\w*|LambdaLR|OneCycleLR|CyclicLR|LinearLR|PolynomialLR)\b",
-                r"(?i)\bdeprec(?:i)?at\w*|\bremov(?:ed|es|ing|al)\b|\bno longer\b|\bincompatib\w*|unexpected keyword|\b(?:py)?torch ?(?:>=|==|>)? ?2\.(?:[7-9]|1\d)",
+                r"(?i)\bdeprec(?:i)?at\w*|\bremov(?:ed|es|ing|al)\b|\bdelet(?:e|es|ed|ing)\b|\bno longer\b|\bincompatib\w*|unexpected keyword|\b(?:py)?torch ?(?:>=|==|>)? ?2\.(?:[7-9]|1\d)",
             ),
         ),
         Sign("context", r"lr_scheduler|ReduceLROnPlateau\(|configure_optimizers", 0.3, "where the scheduler is built"),

@@ -136,6 +136,13 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
+            r"(?i)\b(?:param(?:eter)?s?|weights|layers?|sub-?modules?)\b[^.\n]{0,30}\b(?:weren't|were not|aren't|are not|isn't|is not|never)(?: even)?(?: being| getting)? registered\b|\bnot wrapped (?:with|in|by|into) (?:an? )?(?:nn\.)?Parameter\b",
+            0.5,
+            "the cause in words: the layer's parameters never registered (not a Module, not an nn.Parameter)",
+            family=True,
+        ),
+        Sign(
+            "failure",
             r"(?i)\bnot (?:auto[- ]?)?registered\b|\bproperly registered\b|\bnot (?:being )?(?:added|included) (?:in|to|into) (?:the )?(?:learned |model'?s? |trainable )?(?:param|variables)|\bleft unoptimi[sz]ed\b|\breceived no updates\b|\b(?:weights?|parameters?) (?:are|were|is) not (?:saved|trained|updated|moved)\b|\bstill in CPU mode\b|\bprevents methods like\b",
             0.45,
             "the children are not registered: not trained, not saved, not moved",

@@ -116,6 +116,13 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
+            r"(?i)\b(?:every|each)(?: single)? (?:new )?(?:prompt|input|request|call|batch|shape|length|sequence|resolution)s?\b[^.\n]{0,30}\b(?:triggers?|causes?|leads? to|needs?|does)\b[^.\n]{0,10}\b(?:a )?(?:new |fresh )?(?:re-?)?compil\w*|\bnever hits? (?:the |a )?(?:torch[. ]?)?compile(?:d)? cache\b",
+            0.5,
+            "a report in words: each new prompt or shape compiles again (never a cache hit)",
+            family=True,
+        ),
+        Sign(
+            "failure",
             r"(?i)\brecompil\w*",
             0.5,
             "a report in words: torch.compile recompiling for every new shape or length",

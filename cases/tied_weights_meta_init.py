@@ -158,6 +158,16 @@ triage_signs = TriageSigns(
             ),
         ),
         Sign(
+            "failure",
+            r"(?i)\btied?[_ ](?:weights?|embeddings?|word_embeddings)\b|\bweight[- ]tying\b",
+            0.5,
+            "a report in words: tied weights found two separate parameters (after loading or materialising)",
+            family=True,
+            near=(
+                r"(?i)\btwo (?:separate |independent |different |distinct )?(?:weights|parameters|params|copies|tensors|objects)\b|\bseparate (?:nn\.)?Parameter objects\b|\bindependently per key\b",
+            ),
+        ),
+        Sign(
             "context",
             r"(?i)\bmeta[ _]device|device=?\(?[\"']meta[\"']|torch\.device\([\"']meta[\"']\)|to_empty|init_empty_weights|low_cpu_mem_usage|param_init_fn|materiali[sz]",
             0.35,
