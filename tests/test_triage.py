@@ -47,6 +47,7 @@ from harness.triage import (
     triage,
 )
 from harness.triage.cli import main, render
+from harness.triage.search import _branches, _needed
 from tests.conftest import names_its_failure, record_log
 
 FIXTURES = ROOT / "tests" / "triage_logs"
@@ -376,6 +377,19 @@ def test_the_whole_text_cleaning_equals_the_line_by_line_one_and_the_literal_gat
         assert cleaned.split("\n") == [_normalise_line(line) for line in raw], path
         search = _Search(cleaned)
         assert all(search.first(pattern) == _first_match(pattern, cleaned) for pattern in patterns), path
+
+
+def test_a_sign_s_literals_are_read_through_its_classes_and_alternations_and_each_branch_is_gated_alone():
+    assert _needed(r"""[\"'`]module(?:\.[\w.]*)?""") == (('"module', "'module", "`module"),)
+    assert _needed(r"\bModule(?:List|Dict)\b") == (("moduledict", "modulelist"),)
+    assert _branches(r"(?i)a[|(]b|c\|d|(e|f)") == ("(?i)", ["a[|(]b", "c\\|d", "(e|f)"])
+    assert _branches(r"(a)|\1") is None  # a backreference: removing a branch would renumber its group
+    cleaned = "the state dict's keys carry a module. prefix\n" + "noise module step 1\n" * 50
+    search = _Search(cleaned)
+    pattern = r"""(?i)[\"'`]module[\"'`]|\bmodule\b\.?[^.]{0,20}\bprefix"""
+    assert search._possible(pattern) == r"(?i)\bmodule\b\.?[^.]{0,20}\bprefix"  # no quoted module anywhere
+    assert search.first(pattern) == _first_match(pattern, cleaned) == cleaned.index("module.")
+    assert search.first(r"(?i)[\"']module[\"']|zzz") is None
 
 
 def test_two_runs_of_one_failure_normalise_to_the_same_text():

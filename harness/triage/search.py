@@ -33,14 +33,30 @@ class _Search:
         self._lines: list[str] | None = None
         self._starts: list[int] | None = None
         self._lowered_starts: list[int] | None = None
+        self._distinct_words: str | None = None
 
     def _has(self, literal: str) -> bool:
         if literal not in self.present:
-            self.present[literal] = literal in self.lowered
+            pieces = literal.split()
+            if len(pieces) == 1 and pieces[0] == literal:
+                self.present[literal] = literal in self._words()
+            else:  # each piece is in one word, where the literal is in the log: the whole text only when they all are
+                self.present[literal] = all(piece in self._words() for piece in pieces) and literal in self.lowered
         return self.present[literal]
 
-    def first(self, pattern: str) -> int | None:
-        if pattern not in self.found:
+    def _words(self) -> str:
+        """The log's distinct whitespace-separated words, once each: a literal without whitespace is in the log exactly
+        when it is in one of its words, and a long log repeats most of them (a few percent of its size to search)."""
+        if self._distinct_words is None:
+            self._distinct_words = " ".join(set(self.lowered.split()))
+        return self._distinct_words
+
+    def first(self, pattern_as_given: str) -> int | None:
+        if pattern_as_given not in self.found:
+            pattern = self._possible(pattern_as_given)
+            if pattern is None:
+                self.found[pattern_as_given] = None
+                return None
             needed = _needed(pattern)
             if any(not any(self._has(literal) for literal in literals) for literals in needed):
                 self.found[pattern] = None
@@ -48,7 +64,24 @@ class _Search:
                 self.found[pattern] = self._first_in_lines(pattern, needed)
             else:
                 self.found[pattern] = _first_match(pattern, self.cleaned)
-        return self.found[pattern]
+            self.found[pattern_as_given] = self.found[pattern]
+        return self.found[pattern_as_given]
+
+    def _possible(self, pattern: str) -> str | None:
+        """`pattern` without the top-level branches that cannot match here (a set of literals each of their matches
+        needs is absent from the log), or None where none can: the first match, and every line with a match, are the
+        same. One costly alternative of a sign (a class, a line-crossing gap) is then searched only where it may match."""
+        branches = _branches(pattern)
+        if branches is None:
+            return pattern
+        flags, alternatives = branches
+        kept = [branch for branch in alternatives if self._may_match(flags + branch)]
+        if not kept:
+            return None
+        return pattern if len(kept) == len(alternatives) else flags + "|".join(kept)
+
+    def _may_match(self, pattern: str) -> bool:
+        return all(any(self._has(literal) for literal in literals) for literals in _needed(pattern))
 
     def first_near(self, pattern: str, near: tuple[str, ...], lines: int) -> list[int] | None:
         """The lines of the first match of `pattern` whose line has a match of every pattern in `near` at most `lines`
@@ -63,9 +96,13 @@ class _Search:
                 return [line] + [at for at in found if at != line]
         return None
 
-    def _match_lines(self, pattern: str) -> list[int]:
+    def _match_lines(self, pattern_as_given: str) -> list[int]:
         """Every line holding a match of `pattern` (of one that may cross lines: the line its match starts on)."""
-        if pattern not in self.match_lines:
+        if pattern_as_given not in self.match_lines:
+            pattern = self._possible(pattern_as_given)
+            if pattern is None:
+                self.match_lines[pattern_as_given] = []
+                return []
             lines, starts = self._cleaned_lines()
             needed = _needed(pattern)
             if _one_line(pattern):
@@ -73,8 +110,8 @@ class _Search:
                 found = [line for line in holding if re.search(pattern, lines[line])]
             else:
                 found = sorted({_line_of(match.start(), starts) for match in re.finditer(pattern, self.cleaned, re.MULTILINE)})
-            self.match_lines[pattern] = found
-        return self.match_lines[pattern]
+            self.match_lines[pattern_as_given] = found
+        return self.match_lines[pattern_as_given]
 
     def _cleaned_lines(self) -> tuple[list[str], list[int]]:
         """The cleaned log's lines and where each starts, split once."""
@@ -130,6 +167,41 @@ def _one_line(pattern: str) -> bool:
     return not _CROSSES_LINES.search(pattern)
 
 
+_LEADING_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
+_BACKREFERENCE = re.compile(r"\\[1-9]|\(\?P=")
+
+
+@functools.lru_cache(maxsize=None)
+def _branches(pattern: str) -> tuple[str, list[str]] | None:
+    """(the leading inline flags, the top-level alternatives) of a pattern with more than one; None for one without,
+    or with a backreference (whose group numbers a removed branch would shift)."""
+    if _BACKREFERENCE.search(pattern):
+        return None
+    flags = _LEADING_FLAGS.match(pattern)
+    prefix = flags.group(0) if flags else ""
+    alternatives, depth, class_from, escaped, start = [], 0, -1, False, len(prefix)
+    for at in range(len(prefix), len(pattern)):
+        char = pattern[at]
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif class_from >= 0:  # a "]" first in a class (after its "^") is a member, not the end
+            first = class_from + (2 if pattern[class_from + 1 : class_from + 2] == "^" else 1)
+            class_from = class_from if char != "]" or at == first else -1
+        elif char == "[":
+            class_from = at
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            alternatives.append(pattern[start:at])
+            start = at + 1
+    alternatives.append(pattern[start:])
+    return (prefix, alternatives) if len(alternatives) > 1 else None
+
+
 _GATES = 2  # sets of literals checked per pattern, the most telling first
 
 
@@ -152,21 +224,33 @@ def _telling(literal: str) -> bool:
     return len(literal) >= 3 or (len(literal) == 2 and (not literal.isascii() or not literal.isalnum()))
 
 
+_SPELLINGS = 16  # the most spellings a run of literals is followed through (a class or an alternation of literals)
+
+
 def _needed_in(items: list) -> list[frozenset[str]]:
-    """Every set found in this sequence (each one necessary on its own); a run of literals is one set of one."""
+    """Every set found in this sequence (each one necessary on its own). A run of literals is one set: of one string,
+    or of its spellings where a small class or an alternation of literals sits in the run (`[\"']module`,
+    `Module(?:List|Dict)`); a zero-width assertion (`\\b`) does not end it."""
     found: list[frozenset[str]] = []
-    run = ""
+    run = {""}
 
     def keep(candidates: list[frozenset[str]]) -> None:
         found.extend(needed for needed in candidates if needed and all(map(_telling, needed)))
 
+    def end_run() -> None:
+        nonlocal run
+        keep([frozenset(run)] if run != {""} else [])
+        run = {""}
+
     for op, value in items:
         name = str(op)
-        if name == "LITERAL":
-            run += chr(value).lower()
+        spellings = _spellings(name, value)
+        if spellings is not None and len(run) * len(spellings) <= _SPELLINGS:
+            run = {before + after for before in run for after in spellings}
             continue
-        keep([frozenset({run})] if run else [])
-        run = ""
+        if name == "AT":
+            continue
+        end_run()
         if name == "SUBPATTERN":
             keep(_needed_in(list(value[-1])))
         elif name == "BRANCH":
@@ -175,8 +259,25 @@ def _needed_in(items: list) -> list[frozenset[str]]:
                 keep([frozenset().union(*(max(sets, key=lambda needed: min(map(len, needed))) for sets in branches))])
         elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") and value[0] >= 1:
             keep(_needed_in(list(value[2])))
-    keep([frozenset({run})] if run else [])
+    end_run()
     return found
+
+
+def _spellings(name: str, value) -> set[str] | None:
+    """The strings one item of a parsed pattern matches, where it is a literal, a class of a few literals, or an
+    alternation of plain literal runs (a group of them, not captured or captured); None for anything else."""
+    if name == "LITERAL":
+        return {chr(value).lower()}
+    if name == "IN" and len(value) <= 4 and all(str(op) == "LITERAL" for op, _ in value):
+        return {chr(char).lower() for _, char in value}
+    if name == "SUBPATTERN" and len(value[-1]) == 1:
+        (inner_op, inner_value), *_ = value[-1]
+        return _spellings(str(inner_op), inner_value) if str(inner_op) in ("BRANCH", "IN") else None
+    if name == "BRANCH":
+        branches = value[1]
+        if len(branches) <= _SPELLINGS and all(all(str(op) == "LITERAL" for op, _ in branch) for branch in branches):
+            return {"".join(chr(char) for _, char in branch).lower() for branch in branches}
+    return None
 
 
 def _line_starts(cleaned: str) -> list[int]:

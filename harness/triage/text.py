@@ -20,22 +20,20 @@ _PREFIXES = (
 )
 
 
-_PREFIXES_ML = tuple(re.compile(prefix.pattern, re.MULTILINE) for prefix in _PREFIXES)
-
-
 _PATH = re.compile(r"(?<![\w.<])(?:[A-Za-z]:)?(?:~|\.\.?)?[\\/]?(?:[\w.~+@-]+[\\/])+[\w.~+@-]+")
 
 
+# (pattern, replacement, literals of which every match holds one: skipped where the log has none of them)
 _SUBSTITUTIONS = (
-    (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
-    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "0x<addr>"),
-    (re.compile(r"\b(pid|PID|Pid)(:? ?=?\(?s?\)?:? ?)\d+"), r"\1\2<pid>"),
-    (re.compile(r"\bblock: \[\d+, ?\d+, ?\d+\], thread: \[\d+, ?\d+, ?\d+\]"), "block: [<n>], thread: [<n>]"),
-    (re.compile(r"\b(line |\.(?:py|cu|cpp|cuh|h)[:(])\d+"), r"\1<n>"),
-    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?"), "<host>"),
-    (re.compile(r"(?<=<host>\]):\d+"), ""),
-    (re.compile(r"/c[a-z0-9]{50,}(?=\.)"), "/<inductor-kernel>"),  # torch.compile's cache: torchinductor_<user>/qt/cqtj2c...
-    (re.compile(r"tmp\d+\b"), "tmp<n>"),  # inductor's temporaries in a generated kernel's bounds check: tmp3, tmp12
+    (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), "<time>", ()),
+    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "0x<addr>", ("0x",)),
+    (re.compile(r"\b(pid|PID|Pid)(:? ?=?\(?s?\)?:? ?)\d+"), r"\1\2<pid>", ("pid", "PID", "Pid")),
+    (re.compile(r"\bblock: \[\d+, ?\d+, ?\d+\], thread: \[\d+, ?\d+, ?\d+\]"), "block: [<n>], thread: [<n>]", ("block: [",)),
+    (re.compile(r"\b(line |\.(?:py|cu|cpp|cuh|h)[:(])\d+"), r"\1<n>", ()),
+    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?"), "<host>", ()),
+    (re.compile(r"(?<=<host>\]):\d+"), "", ("<host>]",)),
+    (re.compile(r"/c[a-z0-9]{50,}(?=\.)"), "/<inductor-kernel>", ("/c",)),  # torch.compile's cache: torchinductor_<user>/qt/cqtj2c...
+    (re.compile(r"tmp\d+\b"), "tmp<n>", ("tmp",)),  # inductor's temporaries in a generated kernel's bounds check: tmp3, tmp12
 )
 
 
@@ -70,12 +68,11 @@ def _normalise_text(raw: list[str]) -> str:
     """The cleaned lines joined by newlines: each substitution runs once over the whole text, not once per line
     (no pattern crosses a newline, and each prefix is anchored at a line's start), which is what keeps a 10,000-line
     log fast. tests/test_triage.py checks that it equals `_normalise_line` applied line by line."""
-    text = _ANSI.sub("", "\n".join(line[:MAX_LINE_CHARS] for line in raw))
-    for prefix in _PREFIXES_ML:
-        text = prefix.sub("", text)
+    text = "\n".join(_without_prefixes(line) for line in _ANSI.sub("", "\n".join(line[:MAX_LINE_CHARS] for line in raw)).split("\n"))
     text = _PATH.sub(_short_path, text)
-    for pattern, replacement in _SUBSTITUTIONS:
-        text = pattern.sub(replacement, text)
+    for pattern, replacement, literals in _SUBSTITUTIONS:
+        if not literals or any(literal in text for literal in literals):
+            text = pattern.sub(replacement, text)
     return "\n".join(line.strip() for line in _spaced(text).split("\n"))
 
 
@@ -84,11 +81,20 @@ def _raw_lines(text: str) -> list[str]:
     return [line.rsplit("\r", 1)[-1] if "\r" in line else line for line in text.split("\n")]
 
 
+def _without_prefixes(line: str) -> str:
+    """The line without the launchers' and loggers' prefixes at its start (each anchored there: a match, not a search)."""
+    for prefix in _PREFIXES:
+        found = prefix.match(line)
+        if found:
+            line = line[found.end() :]
+    return line
+
+
 def _normalise_line(line: str) -> str:
     line = _ANSI.sub("", line[:MAX_LINE_CHARS])
     for prefix in _PREFIXES:
         line = prefix.sub("", line, count=1)
     line = _PATH.sub(_short_path, line)
-    for pattern, replacement in _SUBSTITUTIONS:
+    for pattern, replacement, _ in _SUBSTITUTIONS:
         line = pattern.sub(replacement, line)
     return _spaced(line).strip()
