@@ -174,11 +174,11 @@ _BACKREFERENCE = re.compile(r"\\[1-9]|\(\?P=")
 @functools.lru_cache(maxsize=None)
 def _branches(pattern: str) -> tuple[str, list[str]] | None:
     """(the leading inline flags, the top-level alternatives) of a pattern with more than one; None for one without,
-    or with a backreference (whose group numbers a removed branch would shift)."""
-    if _BACKREFERENCE.search(pattern):
-        return None
+    with a backreference (whose group numbers a removed branch would shift), or verbose (a comment may hold a "|")."""
     flags = _LEADING_FLAGS.match(pattern)
     prefix = flags.group(0) if flags else ""
+    if _BACKREFERENCE.search(pattern) or "x" in prefix:
+        return None
     alternatives, depth, class_from, escaped, start = [], 0, -1, False, len(prefix)
     for at in range(len(prefix), len(pattern)):
         char = pattern[at]
