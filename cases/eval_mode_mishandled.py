@@ -342,8 +342,10 @@ def next_token_probs(model, x):
 
 def handed_back(model, out):
     """The evaluation's output and the mode it hands the model back in: ETHOS estimates the loss during training with
-    the same model (#20: "as well as during loss estimation while training"), and training goes on from that mode."""
-    return {**out, "training_after": torch.tensor(model.training)}
+    the same model (#20: "as well as during loss estimation while training"), and training goes on from that mode. The
+    mode is the compiled model's own module's, which its forward follows: torch 2.4's `torch.compile` wrapper kept its
+    `training` True through `.eval()` while the module beneath it was switched (pytorch/pytorch#132986, fixed in 2.5)."""
+    return {**out, "training_after": torch.tensor(getattr(model, "_orig_mod", model).training)}
 
 
 def buggy(x):

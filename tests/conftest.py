@@ -130,4 +130,5 @@ def names_its_failure(reproduce: dict) -> bool:
 ADVISORIES = (  # warnings about the machine, not the failure: a wrong result they come with is still unannounced
     "TensorFloat32 tensor cores for float32 matrix multiplication available but not enabled",  # inductor, on a GPU with TF32
     "Skipping serialization of skipfiles_inline_module_allowlist value",  # torch 2.6's inductor, caching its config
+    "the load_module() method is deprecated and slated for removal in Python 3.12",  # torch 2.3's inductor, loading a kernel
 )
