@@ -65,10 +65,12 @@ def normalise(text: str) -> list[str]:
 
 
 def _normalise_text(raw: list[str]) -> str:
-    """The cleaned lines joined by newlines: each substitution runs once over the whole text, not once per line
-    (no pattern crosses a newline, and each prefix is anchored at a line's start), which is what keeps a 10,000-line
-    log fast. tests/test_triage.py checks that it equals `_normalise_line` applied line by line."""
-    text = "\n".join(_without_prefixes(line) for line in _ANSI.sub("", "\n".join(line[:MAX_LINE_CHARS] for line in raw)).split("\n"))
+    """The cleaned lines joined by newlines: the prefixes, anchored at a line's start, are matched line by line; each
+    substitution runs once over the whole text, not once per line (no pattern crosses a newline), and not at all where
+    none of its literals is in the log, which is what keeps a 10,000-line log fast. tests/test_triage.py checks that
+    it equals `_normalise_line` applied line by line."""
+    text = _ANSI.sub("", "\n".join(line[:MAX_LINE_CHARS] for line in raw))
+    text = "\n".join(_without_prefixes(line) for line in text.split("\n"))
     text = _PATH.sub(_short_path, text)
     for pattern, replacement, literals in _SUBSTITUTIONS:
         if not literals or any(literal in text for literal in literals):
@@ -91,9 +93,7 @@ def _without_prefixes(line: str) -> str:
 
 
 def _normalise_line(line: str) -> str:
-    line = _ANSI.sub("", line[:MAX_LINE_CHARS])
-    for prefix in _PREFIXES:
-        line = prefix.sub("", line, count=1)
+    line = _without_prefixes(_ANSI.sub("", line[:MAX_LINE_CHARS]))
     line = _PATH.sub(_short_path, line)
     for pattern, replacement, _ in _SUBSTITUTIONS:
         line = pattern.sub(replacement, line)
