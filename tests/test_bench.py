@@ -294,19 +294,10 @@ def test_the_alternatives_are_all_accepted(tmp_path):
     assert got["summary"]["accepted"] == got["summary"]["tasks"] == len(case_names()), scoreboard.markdown(got)
 
 
-MEASURED_STARTERS = [name for name in case_names() if failure_on_cpu_is(name, Slow, Growth)]  # right in value: timed or stepped
-
-
-@pytest.mark.untimed
-@pytest.mark.slow
-def test_the_starters_right_in_nothing_are_none_accepted(tmp_path):
-    """None accepted, each rejected by fix or correct (case by case in tests/test_grade.py): no starter here reaches a
-    measurement, so they run with the slow tests that time nothing."""
-    tasks.write_tasks(tmp_path / "fixes")
-    shown_wrong = [name for name in case_names() if name not in MEASURED_STARTERS]
-    got = reference_run(tmp_path, shown_wrong)
-    assert got["summary"]["attempted"] == len(shown_wrong) and got["summary"]["accepted"] == 0, scoreboard.markdown(got)
-    assert all(r["status"] == "rejected" for r in got["cases"].values()), scoreboard.markdown(got)
+# Right in value, timed or stepped: these starters reach a measurement. The others are rejected by fix or correct, each
+# checked in the README's test command (tests/test_grade.py, the unchanged starter per case); a bench run of those
+# graded each of them again through its own process (302 s of CI's slow run) and added no check.
+MEASURED_STARTERS = [name for name in case_names() if failure_on_cpu_is(name, Slow, Growth)]
 
 
 @pytest.mark.slow

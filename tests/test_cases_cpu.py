@@ -4,7 +4,6 @@ Per case, the README's test command runs the phases that judge correctness (repr
 seconds a case); the timed and measured ones (speed, the slow fixes, memory and its controls) run end to end under
 `-m slow`, in CI, so the corpus can grow without the plain test run growing with it by a full run a case."""
 
-import dataclasses
 import json
 
 import pytest
@@ -15,7 +14,8 @@ from harness.run import run_case
 from harness.triage import triage
 from tests.conftest import compose_config, names_its_failure, record_log, reproduce_params
 
-MEASURED_BESIDE_SPEED = ("slow_fixes", "memory", "memory_fixes")  # the speed phase runs apart: UNJUDGED_SPEED
+CONTROLS = "phases=[slow_fixes]"  # timed: the machine to themselves
+MEMORY = "phases=[memory,memory_fixes]"  # measured in bytes, never in time: with the slow tests that time nothing
 
 
 @pytest.fixture(scope="module", params=reproduce_params())
@@ -26,21 +26,35 @@ def cpu_record(request, correctness_records):
 
 
 # The fix's own timing is not judged here (a timing must not fail a test on a slow machine; the matrix's records judge
-# it): two processes of two pairs show that it measures a ratio. The controls are judged, and time as a run does.
+# it): two processes of two pairs show that it measures a ratio, beside the other slow tests that time nothing. The
+# controls are judged, and time as a run does, one test at a time.
 UNJUDGED_SPEED = ("speed.pairs=2", "++case.speed.min_processes=2", "++case.speed.max_processes=2")
+SHARED_SPEED = ("speed.process_s=0.2", "speed.warmup=1")
 
 
 @pytest.fixture(scope="module", params=case_names())
-def full_cpu_record(request, environment, tmp_path_factory):
-    """Each case's timed and measured phases on CPU (slow tests only), as one record: the phases that judge
-    correctness are `cpu_record`'s, in the README's test command, and ran here again they cost CI's slow run a second
-    time."""
-    folder = tmp_path_factory.mktemp(request.param + "-full")
-    shared = (f"case={request.param}", "device=cpu", "speed.process_s=0.2", "speed.warmup=1")
-    speed, _ = run_case(compose_config(*shared, "phases=[speed]", *UNJUDGED_SPEED), "cpu", folder / "speed", environment)
-    measured = f"phases=[{','.join(MEASURED_BESIDE_SPEED)}]"
-    record, path = run_case(compose_config(*shared, measured, "speed.max_s=30"), "cpu", folder, environment)
-    return dataclasses.replace(record, phases=[*speed.phases, *record.phases]), path
+def speed_cpu_record(request, environment, tmp_path_factory):
+    """Each case's speed phase on CPU, unjudged (slow tests that time nothing). The phases that judge correctness are
+    `cpu_record`'s, in the README's test command; the controls are `controls_cpu_record`'s; memory `memory_cpu_record`'s."""
+    folder = tmp_path_factory.mktemp(request.param + "-speed")
+    cfg = compose_config(f"case={request.param}", "device=cpu", *SHARED_SPEED, "phases=[speed]", *UNJUDGED_SPEED)
+    return run_case(cfg, "cpu", folder, environment)
+
+
+@pytest.fixture(scope="module", params=case_names())
+def controls_cpu_record(request, environment, tmp_path_factory):
+    """Each case's slow controls on CPU, timed as a run times them (slow tests, one at a time)."""
+    folder = tmp_path_factory.mktemp(request.param + "-controls")
+    cfg = compose_config(f"case={request.param}", "device=cpu", *SHARED_SPEED, CONTROLS, "speed.max_s=30")
+    return run_case(cfg, "cpu", folder, environment)
+
+
+@pytest.fixture(scope="module", params=case_names())
+def memory_cpu_record(request, environment, tmp_path_factory):
+    """Each case's memory phase and memory controls on CPU (slow tests that time nothing): what they judge is bytes
+    kept and peaked per step, which another process's load does not change. In CI's timed run they took 114 s."""
+    folder = tmp_path_factory.mktemp(request.param + "-memory")
+    return run_case(compose_config(f"case={request.param}", "device=cpu", MEMORY), "cpu", folder, environment)
 
 
 def _phase(record, name):
@@ -74,10 +88,11 @@ def test_a_fresh_reproduce_record_triages_to_its_own_case(correctness_records, n
         assert reproduce["status"] in ("fixed_upstream", "clean_before", "wrong_result") and verdict.case is None, reproduce["message"]
 
 
+@pytest.mark.untimed
 @pytest.mark.slow
-def test_the_speed_phase_measures_a_ratio(full_cpu_record):
+def test_the_speed_phase_measures_a_ratio(speed_cpu_record):
     # The budget is judged by the harness run, not here: a timing must not fail a test on a slow machine.
-    record, _ = full_cpu_record
+    record, _ = speed_cpu_record
     speed = _phase(record, "speed")
     assert speed.status in ("within_budget", "over_budget", "inconclusive", "measured"), speed.message
     figures = speed.figures
@@ -87,8 +102,8 @@ def test_the_speed_phase_measures_a_ratio(full_cpu_record):
 
 
 @pytest.mark.slow
-def test_every_slow_fix_is_a_correct_fix_that_the_speed_verdict_flags(full_cpu_record):
-    record, _ = full_cpu_record
+def test_every_slow_fix_is_a_correct_fix_that_the_speed_verdict_flags(controls_cpu_record):
+    record, _ = controls_cpu_record
     slow_fixes = [phase for phase in record.phases if phase.phase.startswith("slow_fix:")]
     for phase in slow_fixes:
         assert "broken" not in phase.message, f"{phase.phase}: {phase.message}"  # the control itself must be correct
@@ -141,9 +156,10 @@ def test_the_record_on_disk_is_complete(cpu_record):
     assert on_disk["environment"]["torch"] and on_disk["environment"]["python"]
 
 
+@pytest.mark.untimed
 @pytest.mark.slow
-def test_the_memory_phase_measures_the_fix_or_says_why_not(full_cpu_record):
-    record, _ = full_cpu_record
+def test_the_memory_phase_measures_the_fix_or_says_why_not(memory_cpu_record):
+    record, _ = memory_cpu_record
     memory = _phase(record, "memory")
     assert memory.status in ("within_budget", "inconclusive", "measured", "not_applicable"), memory.message
     if memory.status != "not_applicable":

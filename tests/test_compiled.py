@@ -212,7 +212,10 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("run", [pytest.param("compiled", marks=pytest.mark.slow), "eager"])  # compiled: imports inductor cold (5-14 s)
+COMPILED_RUN = pytest.param("compiled", marks=[pytest.mark.slow, pytest.mark.untimed])  # imports inductor cold (5-14 s), times nothing
+
+
+@pytest.mark.parametrize("run", [COMPILED_RUN, "eager"])
 def test_the_fork_server_of_a_compiled_run_holds_the_compiler_imported_and_probed_but_nothing_compiled(run, tmp_path):
     import ast
     import os

@@ -50,12 +50,14 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable, Iterator
 
+from harness.cases import fork_server_modules
 from harness.phases.common import FIXED, fix_under_test, speed_config
 from harness.phases.controls import bad_fix, memory_fix, slow_fix
 from harness.phases.correct import correct, fix
 from harness.phases.memory import memory, memory_budget, memory_config
 from harness.phases.reproduce import reproduce
 from harness.phases.speed import speed
+from harness.process.fork_server import start_fork_server
 from harness.records import PhaseRecord
 from harness.spec import RunSpec, SpeedSettings
 from harness.statuses import CLEAN_RUN, FAILURE_REPRODUCED
@@ -82,6 +84,7 @@ __all__ = [
     "slow_fix",
     "speed",
     "speed_config",
+    "start_children",
 ]
 
 
@@ -127,3 +130,11 @@ def run_phase(phase: str, case: ModuleType, spec: RunSpec) -> Iterator[PhaseReco
 
 
 PHASES = tuple(TABLE)
+
+
+def start_children(compiling: bool = False) -> None:
+    """Start now the server every phase's child is forked from, while the caller goes on: it imports torch, the
+    cases and, `compiling`, the compiler once (harness/compiled.py: `preload_compiler`), so that no child imports
+    them again. A notebook calls it first; `python -m harness` starts its own (harness/__main__.py). A server
+    already running is kept."""
+    start_fork_server(fork_server_modules(compiling=compiling))

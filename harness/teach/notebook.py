@@ -36,14 +36,20 @@ import torch
 from omegaconf import OmegaConf
 
 from harness.cases import load_case
-from harness.phases import RunSpec
+from harness.phases import RunSpec, start_children
 
+START_CHILDREN
 case = load_case("CASE_NAME")
 cfg = OmegaConf.load(ROOT / "conf" / "case" / "CASE_NAME.yaml")  # sizes, tolerance and speed budget of the case
 device = "cuda" if torch.cuda.is_available() else "cpu"  # on a GPU you see the device-side assert for real
 spec = RunSpec(case="CASE_NAME", device=device, timeout_s=300, case_cfg=cfg)  # what a phase runs on
 print(f"torch {torch.__version__}, running on {device}")
 """
+
+START_CHILDREN = {  # section 6 compiles live, or reads the records
+    True: "start_children(compiling=True)  # the phases' children fork from a server that imported torch, the cases and the compiler",
+    False: "start_children()  # the phases' children fork from a server that imported torch and the cases",
+}
 
 FAILURE = """\
 from harness.phases import reproduce
@@ -114,7 +120,7 @@ print(f"the fix compiled: {ran_compiled.status}, one graph: {ran_compiled.figure
 RECORDED_COMPILED = """\
 import json
 
-# Compiling this case's unit takes minutes (the case yaml's `notebook.compiled` says how long and why), more than a
+# Compiling this case's unit cold takes over 45 s (the case yaml's `notebook.compiled` says how long and why), more than a
 # notebook cell should: this cell reads the harness's recorded inductor run instead. Run it live with
 #     python -m harness case=CASE_NAME compile=inductor
 records = sorted(ROOT.glob("results/matrix/cpu/torch-*/inductor/CASE_NAME/*.json"))
@@ -155,7 +161,7 @@ def notebook(name: str) -> str:
     story = _story(name, text)
     cells = [
         new_markdown_cell("\n".join(story)),
-        new_code_cell(SET_UP.replace("CASE_NAME", name)),
+        new_code_cell(SET_UP.replace("CASE_NAME", name).replace("START_CHILDREN", START_CHILDREN[_compiles_in_a_cell(name)])),
         new_markdown_cell(
             "## 1. The failure\n\nThe buggy code, as upstream wrote it:\n\n```python\n"
             + source_of(case, functions_used(case, "buggy"))
@@ -189,9 +195,9 @@ def notebook(name: str) -> str:
             "## 6. Under torch.compile\n\nMost training code runs compiled, and compiled code fails differently: a generated kernel "
             f"may abort the process where eager raises, or return garbage. What a user compiles here: {case.compiled_unit}. "
             + (
-                "The first run compiles (seconds); the kernels are cached for the next."
+                "The first run compiles (under 45 s cold on two cores); the kernels are cached for the next."
                 if _compiles_in_a_cell(name)
-                else "Compiling this unit takes minutes, so the cell below reads the harness's recorded inductor run."
+                else "Compiling this unit cold takes 45 s or more, so the cell below reads the harness's recorded inductor run."
             )
         ),
         new_code_cell(COMPILED if _compiles_in_a_cell(name) else RECORDED_COMPILED.replace("CASE_NAME", name)),
@@ -224,6 +230,6 @@ def _story(name: str, text: CaseText) -> list[str]:
 
 def _compiles_in_a_cell(name: str) -> bool:
     """Whether section 6 compiles live: not where the case yaml says `notebook: {compiled: records}` (a unit whose
-    compile takes minutes), where the cell reads the recorded inductor run instead."""
+    compile cold takes over 45 s), where the cell reads the recorded inductor run instead."""
     settings = yaml.safe_load((CASE_CONFIG_DIR / f"{name}.yaml").read_text()).get("notebook") or {}
     return settings.get("compiled", "live") != "records"
