@@ -159,9 +159,10 @@ def notebook(name: str) -> str:
     case = load_case(name)
     text = case_text(case)
     story = _story(name, text)
+    live = _compiles_in_a_cell(name)
     cells = [
         new_markdown_cell("\n".join(story)),
-        new_code_cell(SET_UP.replace("CASE_NAME", name).replace("START_CHILDREN", START_CHILDREN[_compiles_in_a_cell(name)])),
+        new_code_cell(SET_UP.replace("CASE_NAME", name).replace("START_CHILDREN", START_CHILDREN[live])),
         new_markdown_cell(
             "## 1. The failure\n\nThe buggy code, as upstream wrote it:\n\n```python\n"
             + source_of(case, functions_used(case, "buggy"))
@@ -196,11 +197,11 @@ def notebook(name: str) -> str:
             f"may abort the process where eager raises, or return garbage. What a user compiles here: {case.compiled_unit}. "
             + (
                 "The first run compiles (under 45 s cold on two cores); the kernels are cached for the next."
-                if _compiles_in_a_cell(name)
+                if live
                 else "Compiling this unit cold takes 45 s or more, so the cell below reads the harness's recorded inductor run."
             )
         ),
-        new_code_cell(COMPILED if _compiles_in_a_cell(name) else RECORDED_COMPILED.replace("CASE_NAME", name)),
+        new_code_cell(COMPILED if live else RECORDED_COMPILED.replace("CASE_NAME", name)),
     ]
     for index, cell in enumerate(cells):
         cell["id"] = f"{name.replace('_', '-')}-{index}"  # fixed ids: nbformat would draw random ones
