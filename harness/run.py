@@ -102,14 +102,16 @@ def validate(cfg: DictConfig) -> None:
         and speed.max_s > 0
         and speed.grade_max_s > 0
         and speed.grade_min_processes >= 2
+        and 2 <= speed.grade_decides_after <= speed.grade_min_processes
         and speed.process_s >= 0
         and 0 < speed.level < 1
     ):
         raise ConfigError(
             f"speed: pairs={speed.pairs}, warmup={speed.warmup}, min_processes={speed.min_processes}, max_processes={speed.max_processes}, "
-            f"max_s={speed.max_s}, grade_max_s={speed.grade_max_s}, grade_min_processes={speed.grade_min_processes}, process_s={speed.process_s}, "
-            f"level={speed.level}: need pairs >= 2, warmup >= 0, 2 <= min_processes <= max_processes, max_s > 0, grade_max_s > 0, "
-            "grade_min_processes >= 2, process_s >= 0, 0 < level < 1"
+            f"max_s={speed.max_s}, grade_max_s={speed.grade_max_s}, grade_min_processes={speed.grade_min_processes}, "
+            f"grade_decides_after={speed.grade_decides_after}, process_s={speed.process_s}, level={speed.level}: need pairs >= 2, warmup >= 0, "
+            "2 <= min_processes <= max_processes, max_s > 0, grade_max_s > 0, 2 <= grade_decides_after <= grade_min_processes, process_s >= 0, "
+            "0 < level < 1"
         )
     memory = memory_settings(cfg)
     if not (memory.steps >= 3 and memory.warmup >= 0 and 0 < memory.level < 1):

@@ -28,7 +28,8 @@ class SpeedSettings:
     warmup: int = 1  # pairs run untimed first, in each process
     pairs: int = 3  # interleaved candidate/baseline samples per process, at least...
     process_s: float = 0.5  # ...and more until they have taken this long
-    min_processes: int = 2
+    min_processes: int = 2  # before a case's own first verdict (its slow controls' low ends may want more)...
+    grade_decides_after: int = 2  # ...and before a grade's: an accept or a reject, whatever its margin
     max_processes: int = 12
     max_s: float = 20.0  # past this, a verdict still undecided is inconclusive
     grade_max_s: float = 60.0  # grading: past this, a verdict still undecided is `undecided`, a rejection (never accepted)...

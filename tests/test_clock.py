@@ -8,6 +8,7 @@ import tempfile
 
 import pytest
 
+from harness.cases import ROOT
 from harness.measure.anomaly import anomaly, clock_figures
 from harness.measure.clock import BlockTiming, TimedProcess, drive
 from harness.measure.timing import PairedSamples
@@ -241,6 +242,28 @@ def test_a_slow_control_just_over_its_budget_is_measured_on_until_it_clears_its_
     assert record.phases and all(c.status == "flagged" and c.figures["processes"] == processes for c in record.phases), [
         (c.status, c.figures.get("processes")) for c in record.phases
     ]
+
+
+def test_a_grade_decides_after_its_own_minimum_of_processes_and_a_case_s_own_timing_after_the_case_s(monkeypatch, tmp_path, environment):
+    """A case's `speed.min_processes` may be there for its slow controls' margins; a grade's first verdict comes from
+    `speed.grade_decides_after` processes (harness/phases/speed.py), whatever the case asks of its own timing."""
+    from harness.measure.timing import RatioEstimate
+    from harness.run import run_case
+    from tests.conftest import compose_config
+
+    speed = importlib.import_module("harness.phases.speed")
+    monkeypatch.setattr(  # decisive from the first interval: within the budget of 1.15x
+        speed,
+        "estimate_ratio",
+        lambda samples, level: RatioEstimate(1.0, 0.99, 1.01, level, 2 * len(samples), len(samples), 1e-3, 1e-3, ()),
+    )
+    fix = f"fix={ROOT / 'tests' / 'fixes' / 'alternatives' / 'embedding_oob.py'}:embedding_oob"
+    for overrides, processes in (((), 4), ((fix,), 2), ((fix, "++case.speed.grade_decides_after=3"), 3)):
+        cfg = compose_config(
+            "case=embedding_oob", "device=cpu", "phases=[speed]", "speed.process_s=0.05", "++case.speed.min_processes=4", *overrides
+        )
+        record, _ = run_case(cfg, "cpu", tmp_path / str(len(overrides)) / str(processes), environment)
+        assert (record.phases[0].status, record.phases[0].figures["processes"]) == ("within_budget", processes), record.phases[0].message
 
 
 @pytest.mark.parametrize(

@@ -100,3 +100,32 @@ def test_the_tolerance_used_says_how_near_a_matching_output_came_to_its_line():
     beyond = compare(torch.tensor([1.0, 2.5, 0.0]), want, atol=0.01, rtol=0.01)
     assert beyond["tolerance_used"] == beyond["tolerance_excess"]
     assert "tolerance_used" not in compare(torch.tensor([1, 2]), torch.tensor([1, 2]), atol=0.0, rtol=0.0)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_figures_of_finite_outputs_are_those_of_the_path_that_handles_nan_and_infinity(seed):
+    """compare reads a finite pair in a few passes (harness/measure/compare.py: `_finite_figures`); every figure must be
+    the one torch.isclose and the NaN-aware path give, at the line, at 0 allowed, and far from both."""
+    from harness.measure import compare as module
+
+    generator = torch.Generator().manual_seed(seed)
+    want = torch.randn(500, generator=generator, dtype=torch.float64) * 10.0 ** (seed % 7 - 3)
+    want[torch.rand(500, generator=generator) < 0.2] = 0.0
+    got = want + torch.randn(500, generator=generator, dtype=torch.float64) * 10.0 ** (seed % 5 - 8)
+    got[:5] = want[:5]  # exact
+    for atol, rtol, scale in ((0.0, 0.0, 0.0), (0.0, 1e-4, 0.0), (1e-6, 1e-5, 0.0), (1e-8, 1e-4, 1e-3)):
+        bound = atol + scale * float(want.abs().max()) if scale else atol
+        allowed = bound + rtol * want.abs()
+        at_the_line = got.clone()
+        at_the_line[5:10] = want[5:10] + allowed[5:10]  # |got - want| exactly its allowance: within, as isclose says
+        for pair in ((got, want), (at_the_line, want)):
+            fast, slow = (
+                {key: 0.0 for key in ("max_abs_diff", "used", "error_sq", "reference_sq")},
+                {key: 0.0 for key in ("max_abs_diff", "used", "error_sq", "reference_sq")},
+            )
+            raw = pair[0] - pair[1]
+            largest = (float(raw.abs().max()), float(pair[1].abs().max()))
+            assert module._finite_figures(raw, raw.abs(), pair[1].abs(), largest, atol, rtol, scale, fast) == module._any_figures(
+                *pair, atol, rtol, scale, slow
+            )
+            assert fast == slow

@@ -114,7 +114,8 @@ def _time_against(
     """Time `candidate` against `baseline` (case functions by name), one timing process after another.
 
     Each timing process serves `pairs` interleaved pairs on inputs of its own, timed by this process
-    (harness/measure/clock.py); after each (from `min_processes` on) the ratio's interval is compared with the
+    (harness/measure/clock.py); after each (from `min_processes` on; in a grade from `grade_decides_after`, since a
+    case's own minimum may serve its slow controls' margins) the ratio's interval is compared with the
     budget: decisive, it stops; straddling it, another process runs, until `max_s` or `max_processes`,
     then the verdict is inconclusive. With no budget on this device, `min_processes` are measured and reported.
 
@@ -144,7 +145,7 @@ def _time_against(
         _gather(tally, results, timed, seeds)
         if timed.disturbed:  # reniced, pinned: its samples are worth nothing, and the grade ends here
             return _disturbed(phase, timed.disturbed, result, tally, spec.device, started)
-        if len(tally.processes) < timing.min_processes:
+        if len(tally.processes) < (timing.grade_decides_after if graded else timing.min_processes):
             continue
         estimate = estimate_ratio([p.samples for p in tally.processes], timing.level)
         out_of_time = _out_of_time(len(tally.processes), time.monotonic() - started - tally.compiling_s, timing, graded)
