@@ -70,8 +70,8 @@ def timed_reproduce(name: str) -> bool:
 
 def cases_failing_in_value() -> list[str]:
     """The cases whose failure on CPU is not a measurement (time, `Slow`; memory kept, `Growth`): a starter carrying
-    it is rejected by its fix or correct phase, in seconds. The others' starters are rejected by a measurement, end to
-    end, in the bench's reference run of the starters (tests/test_bench.py, under -m slow)."""
+    it is rejected by its fix or correct phase, in seconds. The others' starters are rejected by a measurement, each
+    graded in the phase that measures it (tests/test_grade.py, under -m slow)."""
     return [name for name in case_names() if not failure_on_cpu_is(name, Slow, Growth)]
 
 

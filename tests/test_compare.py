@@ -126,6 +126,6 @@ def test_the_figures_of_finite_outputs_are_those_of_the_path_that_handles_nan_an
             raw = pair[0] - pair[1]
             largest = (float(raw.abs().max()), float(pair[1].abs().max()))
             assert module._finite_figures(raw, raw.abs(), pair[1].abs(), largest, atol, rtol, scale, fast) == module._any_figures(
-                *pair, atol, rtol, scale, slow
+                *pair, raw, atol, rtol, scale, slow
             )
             assert fast == slow

@@ -18,14 +18,14 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from harness.cases import ROOT, Symptom, case_names, load_case, symptom_on
+from harness.cases import ROOT, Growth, Slow, Symptom, case_names, load_case, symptom_on
 from harness.grading import grade
 from harness.measure.compare import flatten_tensors, named_tensors
 from harness.phases import speed_config
 from harness.process.submitted import file_sha256
 from harness.records import load_record
 from harness.run import ConfigError, run_case, validate
-from tests.conftest import cases_failing_in_value, compose_config
+from tests.conftest import cases_failing_in_value, compose_config, failure_on_cpu_is
 
 FIXES = ROOT / "tests" / "fixes"
 FAST = ("speed.process_s=0.1", "speed.warmup=0")
@@ -460,7 +460,7 @@ def test_every_starter_runs_on_its_own_and_says_how_to_grade_it(starters):
         assert exit_code == 0 and "grade this file with" in output, output
 
 
-@pytest.mark.parametrize("name", cases_failing_in_value())  # a failure that is time or memory: the bench's starters run (-m slow)
+@pytest.mark.parametrize("name", cases_failing_in_value())  # a failure that is time or memory: the starters graded below (-m slow)
 def test_the_unchanged_starter_is_rejected_with_the_case_s_failure(tmp_path, environment, starters, name):
     starter = starters[name][0]
     cfg = compose_config(f"case={name}", "device=cpu", "phases=[fix,correct]", f"fix={starter}:fix", "timeout_s=120")
@@ -472,6 +472,34 @@ def test_the_unchanged_starter_is_rejected_with_the_case_s_failure(tmp_path, env
         assert verdict.line.startswith("rejected by fix: raised") and "the case's own symptom" in verdict.line, verdict.line
     else:  # the buggy code runs: a failure that raises nothing (a wrong result), or on a torch where it returns (autocast_device from 2.4)
         assert verdict.line.startswith("rejected by correct: mismatch"), verdict.line
+
+
+# Right in value, timed or stepped: these starters reach a measurement, and each is graded in the one phase its failure
+# is (a bench's whole grade of the three took 192 s of CI's timed run, two of them timing a speed phase that judged
+# nothing asserted here); memory is judged in bytes, with the slow tests that time nothing.
+def graded_starter(tmp_path, environment, name: str, phase: str):
+    """The unchanged starter of `name` (the buggy code as `fix`), graded in `phase` alone: (that phase's record, the verdict)."""
+    starter = grade.write_exercise(name, str(tmp_path / "starter"))
+    cfg = compose_config(f"case={name}", "device=cpu", f"phases=[{phase}]", f"fix={starter}:fix", "timeout_s=300")
+    record, _ = run_case(cfg, "cpu", tmp_path / "run", environment)
+    return next(each for each in record.phases if each.phase == phase), grade.verdict(record)
+
+
+@pytest.mark.slow  # a speed grade, one at a time: recompile_limit's compiles in each timing child
+@pytest.mark.parametrize("name", [name for name in case_names() if failure_on_cpu_is(name, Slow)])
+def test_an_unchanged_starter_whose_failure_is_time_is_rejected_by_the_speed_verdict_as_its_own_symptom(tmp_path, environment, name):
+    speed, verdict = graded_starter(tmp_path, environment, name, "speed")
+    assert speed.status == "over_budget" and not verdict.accepted, speed.message
+    assert verdict.line.startswith("rejected by speed: over_budget") and "the case's own symptom, slow" in verdict.line, verdict.line
+
+
+@pytest.mark.untimed
+@pytest.mark.slow  # a memory grade: steps measured in bytes, which another process's load does not change
+@pytest.mark.parametrize("name", [name for name in case_names() if failure_on_cpu_is(name, Growth)])
+def test_an_unchanged_starter_whose_failure_is_memory_kept_is_rejected_by_the_memory_verdict(tmp_path, environment, name):
+    memory, verdict = graded_starter(tmp_path, environment, name, "memory")
+    assert memory.status == "over_budget" and not verdict.accepted, memory.message
+    assert verdict.line.startswith("rejected by memory: over_budget"), verdict.line
 
 
 def test_an_exercise_never_overwrites_a_starter(tmp_path):

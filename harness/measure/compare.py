@@ -125,11 +125,11 @@ def _compare_floats(
     """Adds one floating output's figures to `counts` and `sums`; what it differs by, if it does."""
     raw = g - w
     distance, magnitude = raw.abs(), w.abs()
-    largest = (float(distance.max()), float(magnitude.max())) if w.numel() else (math.inf, math.inf)
-    if math.isfinite(largest[0]) and math.isfinite(largest[1]):  # every element finite: the same figures in a few passes
+    largest = (float(distance.max()), float(magnitude.max())) if w.numel() else None
+    if largest and all(map(math.isfinite, largest)):  # every element finite: the same figures in a few passes
         this_max, mismatched, used = _finite_figures(raw, distance, magnitude, largest, atol, rtol, scale, sums)
     else:
-        this_max, mismatched, used = _any_figures(g, w, atol, rtol, scale, sums)
+        this_max, mismatched, used = _any_figures(g, w, raw, atol, rtol, scale, sums)
     sums["max_abs_diff"] = max(sums["max_abs_diff"], this_max)
     sums["used"] = max(sums["used"], used)
     counts["floats"] += w.numel()
@@ -151,7 +151,7 @@ def _finite_figures(
 ) -> tuple[float, int, float]:
     """`_any_figures` where every element of both is finite (a judge compares dozens of outputs of millions of
     elements: torch.isclose and the NaN handling took 60% of autocast_device's): the same figures, each element
-    within `bound + rtol * |want|` or not as torch.isclose decides it."""
+    within `bound + rtol * |want|` or not as torch.isclose decides it. `magnitude` (|want|) is overwritten."""
     sums["error_sq"] += float(raw.pow(2).sum())
     sums["reference_sq"] += float(magnitude.pow(2).sum())
     bound = atol + scale * largest[1] if scale else atol
@@ -164,10 +164,10 @@ def _finite_figures(
 
 
 def _any_figures(
-    g: torch.Tensor, w: torch.Tensor, atol: float, rtol: float, scale: float, sums: dict[str, float]
+    g: torch.Tensor, w: torch.Tensor, raw: torch.Tensor, atol: float, rtol: float, scale: float, sums: dict[str, float]
 ) -> tuple[float, int, float]:
-    """(max |got - want|, elements torch.isclose rejects, `_excess`) where an element may be NaN or infinite."""
-    diff = (g - w).nan_to_num(nan=math.inf)
+    """(max |got - want|, elements torch.isclose rejects, `_excess`) where an element may be NaN or infinite; `raw`: got - want."""
+    diff = raw.nan_to_num(nan=math.inf)
     this_max = float(diff.abs().max()) if diff.numel() else 0.0
     sums["error_sq"] += float(diff.pow(2).sum())
     sums["reference_sq"] += float(w.pow(2).sum())

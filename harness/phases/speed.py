@@ -117,7 +117,7 @@ def _time_against(
     (harness/measure/clock.py); after each (from `min_processes` on; in a grade from `grade_decides_after`, since a
     case's own minimum may serve its slow controls' margins) the ratio's interval is compared with the
     budget: decisive, it stops; straddling it, another process runs, until `max_s` or `max_processes`,
-    then the verdict is inconclusive. With no budget on this device, `min_processes` are measured and reported.
+    then the verdict is inconclusive. With no budget on this device, that first number is measured and reported.
 
     Timing a submitted fix (grading), a timing process is three children of the fork server, their blocks
     taken in turn: the submission's (confined, harness/process/confine.py), the model solution's (`fixed`), and a
@@ -131,6 +131,7 @@ def _time_against(
     own; and an interval that still straddles the budget after `grade_max_s` is `undecided`, a rejection.
     """
     timing = spec.speed
+    first_verdict_after = timing.grade_decides_after if graded else timing.min_processes
     started = time.monotonic()
     tally = _Tally()
     while True:
@@ -145,7 +146,7 @@ def _time_against(
         _gather(tally, results, timed, seeds)
         if timed.disturbed:  # reniced, pinned: its samples are worth nothing, and the grade ends here
             return _disturbed(phase, timed.disturbed, result, tally, spec.device, started)
-        if len(tally.processes) < (timing.grade_decides_after if graded else timing.min_processes):
+        if len(tally.processes) < first_verdict_after:
             continue
         estimate = estimate_ratio([p.samples for p in tally.processes], timing.level)
         out_of_time = _out_of_time(len(tally.processes), time.monotonic() - started - tally.compiling_s, timing, graded)
