@@ -246,9 +246,10 @@ def test_a_slow_control_just_over_its_budget_is_measured_on_until_it_clears_its_
 
 def test_a_grade_decides_after_its_own_minimum_of_processes_and_a_case_s_own_timing_after_the_case_s(monkeypatch, tmp_path, environment):
     """A case's `speed.min_processes` may be there for its slow controls' margins; a grade's first verdict comes from
-    `speed.grade_decides_after` processes (harness/phases/speed.py), whatever the case asks of its own timing."""
+    `speed.grade_decides_after` processes (harness/phases/speed.py), whatever the case asks of its own timing. A case
+    yaml may raise it: the settings a run is given (`speed_settings`) take the yaml's over conf/config.yaml's."""
     from harness.measure.timing import RatioEstimate
-    from harness.run import run_case
+    from harness.run import run_case, speed_settings
     from tests.conftest import compose_config
 
     speed = importlib.import_module("harness.phases.speed")
@@ -258,12 +259,12 @@ def test_a_grade_decides_after_its_own_minimum_of_processes_and_a_case_s_own_tim
         lambda samples, level: RatioEstimate(1.0, 0.99, 1.01, level, 2 * len(samples), len(samples), 1e-3, 1e-3, ()),
     )
     fix = f"fix={ROOT / 'tests' / 'fixes' / 'alternatives' / 'embedding_oob.py'}:embedding_oob"
-    for overrides, processes in (((), 4), ((fix,), 2), ((fix, "++case.speed.grade_decides_after=3"), 3)):
-        cfg = compose_config(
-            "case=embedding_oob", "device=cpu", "phases=[speed]", "speed.process_s=0.05", "++case.speed.min_processes=4", *overrides
-        )
-        record, _ = run_case(cfg, "cpu", tmp_path / str(len(overrides)) / str(processes), environment)
+    asked = ("case=embedding_oob", "device=cpu", "phases=[speed]", "speed.process_s=0.05", "++case.speed.min_processes=4")
+    for overrides, processes in (((), 4), ((fix,), 2)):
+        record, _ = run_case(compose_config(*asked, *overrides), "cpu", tmp_path / str(processes), environment)
         assert (record.phases[0].status, record.phases[0].figures["processes"]) == ("within_budget", processes), record.phases[0].message
+    assert speed_settings(compose_config(*asked)).grade_decides_after == 2
+    assert speed_settings(compose_config(*asked, "++case.speed.grade_decides_after=3")).grade_decides_after == 3
 
 
 @pytest.mark.parametrize(

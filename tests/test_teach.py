@@ -36,6 +36,8 @@ def test_committed_pages_notebooks_and_figures_are_in_sync(generated):
     assert problems == [], "regenerate with `python -m harness.teach`:\n" + "\n".join(problems)
 
 
+@pytest.mark.untimed
+@pytest.mark.slow  # every page, notebook and figure made a second time: 8 s; the sync check above makes them once
 def test_generating_twice_gives_the_same_bytes(generated):
     again = material(case_names(), RECORDS)
     assert again.keys() == generated.keys()

@@ -151,6 +151,8 @@ def test_the_cpu_allocator_is_pinned_for_timing_in_a_child():
     assert result.status == "returned" and result.value is True  # glibc here; False elsewhere, and timing goes on
 
 
+@pytest.mark.untimed
+@pytest.mark.slow  # a tool's smoke test, two cases profiled end to end: 8 s of the README's command
 def test_the_cuda_profile_of_the_fixes_runs_end_to_end_on_cpu(tmp_path):
     """tools/cuda_profile_fixes.py is run on a lent GPU with minutes to spare: its smoke test runs here, on CPU."""
     import json

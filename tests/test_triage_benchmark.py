@@ -1,6 +1,8 @@
 """Benchmarks of triage: its speed on a 10,000-line log (pytest-benchmark; goal under 0.5 s, judged from the saved
 results, never by a timed assert), and its figures per family on the logs kept apart for issue 49."""
 
+import pytest
+
 from harness.cases import ROOT
 from harness.triage import LOOKALIKES, _first_match, _normalise_text, _raw_lines, _Search, load_signs, triage
 from tests.test_triage import KEPT_APART, KEPT_APART_2, KEPT_APART_3, KEPT_APART_4, KEPT_APART_5, KEPT_APART_6, KEPT_APART_7, _figures
@@ -36,6 +38,8 @@ def test_triage_of_a_10000_line_log(benchmark):
         print(f"\ntriage of {LINES} lines: median {benchmark.stats.stats.median * 1e3:.0f} ms (goal < 500 ms)")
 
 
+@pytest.mark.untimed
+@pytest.mark.slow  # every sign's regex over 10,000 lines twice: 7.5 s
 def test_the_line_by_line_search_of_a_long_log_finds_what_the_whole_text_search_finds():
     """A pattern that cannot cross a line is searched only in the lines holding its rarest literals: on the 10,000
     lines it finds the same first match as the regex over the whole text, for every sign of every case."""
