@@ -146,6 +146,19 @@ triage_signs = TriageSigns(
             "a spawned rank died of a native signal",
         ),
         Sign(
+            "failure",
+            r"terminate called after throwing an instance of '(?:gloo::\w+|c10::DistBackendError)'",
+            0.55,
+            "a rank aborted (SIGABRT) by its communication backend's uncaught C++ exception (gloo's EnforceNotMet: this case's own abort on CPU)",
+            family=True,
+        ),
+        Sign(
+            "context",
+            r"op\.preamble\.length <= op\.nbytes",
+            0.4,
+            "gloo's size check between two ranks failed: one sent more bytes than the other expected, so the ranks disagree on a tensor's size",
+        ),
+        Sign(
             "context",
             r"ChildFailedError|torch\.distributed\.elastic|torchrun|accelerate launch|distributed/launch\.py|distributed/run\.py",
             0.3,
