@@ -147,9 +147,9 @@ triage_signs = TriageSigns(
         ),
         Sign(
             "failure",
-            r"terminate called after throwing an instance of '(?:gloo::\w+|c10::DistBackendError)'",
+            r"terminate called after throwing an instance of 'gloo::\w+'",
             0.55,
-            "a rank aborted (SIGABRT) by its communication backend's uncaught C++ exception (gloo's EnforceNotMet: this case's own abort on CPU)",
+            "a rank aborted (SIGABRT) by gloo's uncaught C++ exception (EnforceNotMet: this case's own abort on CPU)",
             family=True,
         ),
         Sign(

@@ -292,7 +292,7 @@ def test_the_alternatives_are_all_accepted(tmp_path):
     most), each pinned to a slice of its own (harness/bench/runner.py): stricter than the bench's default of two CPUs
     a grade, since a timing child runs single-threaded and its model solution and pristine copy take turns with it on
     that CPU. On this 2-core machine, warm kernel cache: 420 s two at a time against 764 s one at a time, 30 of 30
-    accepted both ways, the intervals as wide (docs/history/measurements.md)."""
+    accepted both ways, most intervals as wide (docs/guides/benchmark.md#parallel-grades)."""
     for alternative in sorted((ROOT / "tests" / "fixes" / "alternatives").glob("*.py")):  # one a case, named after it
         assert cli.main(["split", str(alternative), str(tmp_path / "fixes")]) == 0  # in this process: 1.6 s an interpreter
     got = reference_run(tmp_path, "--jobs", str(min(len(os.sched_getaffinity(0)), 4)))  # four at most: a grade's memory

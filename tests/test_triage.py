@@ -59,7 +59,7 @@ KEPT_APART_4 = ROOT / "tests" / "triage_logs_keptapart4"  # the fourth set (2026
 KEPT_APART_5 = ROOT / "tests" / "triage_logs_keptapart5"  # the fifth set (2026-11-28, collected by helpers, 18 families)
 KEPT_APART_6 = ROOT / "tests" / "triage_logs_keptapart6"  # the sixth (2026-11-29, helpers, the 10 families the fifth lacks)
 KEPT_APART_7 = ROOT / "tests" / "triage_logs_keptapart7"  # the seventh (2026-11-29, three helpers, 26 families)
-KEPT_APART_8 = ROOT / "tests" / "triage_logs_keptapart8"  # the eighth (2026-11-29, three helpers, 22 families)
+KEPT_APART_8 = ROOT / "tests" / "triage_logs_keptapart8"  # the eighth (2026-11-29, three helpers, 24 families)
 MATCH = " #=MATCH=#"
 
 

@@ -193,7 +193,7 @@ def test_figures_per_family_on_the_eighth_kept_apart_set():
     family's own line with another cause, positives of the family by this project's convention (docs/guides/triage.md),
     and so labelled now: 26 of 44 right (59%), 34 of 44 in the top 3 (77%), 0 of 15 claimed, short of two goals of
     issue 49: the signs written from the seventh set's misses did not carry to this one. Then one sign was added for
-    multigpu_segfault's own abort (a rank's communication backend throwing past `terminate`): 29, 37 and 0. The floor
+    multigpu_segfault's own abort (gloo's exception thrown past `terminate` in a rank): 29, 37 and 0. The floor
     holds that."""
     positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_8)
     assert (positives, negatives) == (44, 15)
