@@ -194,6 +194,8 @@ def test_bad_input_gets_a_named_verdict_each_and_the_run_goes_on(tmp_path, stand
     assert not stand_in_processes()
 
 
+@pytest.mark.untimed
+@pytest.mark.slow  # a whole run beside one killed and resumed: 16 s
 def test_a_run_killed_half_way_ends_with_the_same_scoreboard_and_grades_nothing_twice(tmp_path, stand_in):
     actions = {name: ("reject" if i % 3 == 0 else "accept") for i, name in enumerate(case_names()[:4])}
     fixes = fixes_folder(tmp_path / "fixes", actions)
@@ -226,7 +228,7 @@ def test_a_run_killed_half_way_ends_with_the_same_scoreboard_and_grades_nothing_
 
 
 @pytest.mark.untimed
-@pytest.mark.slow  # three bench processes (9 s); the resume it relies on runs fast above
+@pytest.mark.slow  # three bench processes (9 s), on the resume tested above
 def test_a_file_that_kills_the_bench_twice_is_not_graded_a_third_time(tmp_path):
     fixes = fixes_folder(tmp_path / "fixes", {"embedding_oob": "killbench", "codebook_oob": "accept"})
     command = ("grade", str(fixes), "--out", str(tmp_path / "out"), "--cases", "codebook_oob,embedding_oob")

@@ -623,6 +623,8 @@ def test_grading_keeps_only_the_speed_comparisons_that_apply_to_a_submitted_fix(
     assert list(case_cfg.speed.also) == ["same_calls", "one_step"]  # the case's own run keeps both
 
 
+@pytest.mark.untimed
+@pytest.mark.slow  # two harness runs, one of them losing its fork server: 9 s
 def test_a_file_whose_import_kills_its_parent_is_rejected_with_exit_1_never_bad_usage(tmp_path):
     (tmp_path / "kills.py").write_text("import os\nimport signal\n\nos.kill(os.getppid(), signal.SIGKILL)\n\n\ndef fix(x):\n    return x\n")
     # the same verdict every time: graded 10 times for issue 25; tests/test_isolate.py repeats the fork server's loss itself
