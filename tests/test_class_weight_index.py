@@ -222,6 +222,8 @@ def test_pad_with_minus_one_everywhere_gives_the_right_value_only_for_avg_non_ig
 # -- degrading without mmsegmentation --------------------------------------------------------
 
 
+@pytest.mark.untimed
+@pytest.mark.slow  # a harness run in a copy without mmsegmentation: 7 s
 def test_without_mmsegmentation_the_harness_reports_every_phase_as_an_error(tmp_path):
     """A stand-in `mmseg` that fails to import shadows the real one in every process the harness starts."""
     stand_in = tmp_path / "path" / "mmseg"

@@ -27,6 +27,8 @@ def test_a_case_prints_symptom_cause_fix_and_evidence_and_writes_its_record(tmp_
     assert record["ok"] and [phase["status"] for phase in record["phases"]][:3] == ["reproduced", "passed", "passed"]
 
 
+@pytest.mark.untimed
+@pytest.mark.slow  # a harness run on a patched case: 5 s
 def test_a_failure_that_no_longer_reproduces_exits_non_zero(tmp_path):
     # Without the special id the head happens to pick, the stream decodes fine: the case says so and fails.
     run = harness("case=codebook_oob", "device=cpu", "phases=[reproduce]", "case.special_picks=[]", tmp_path=tmp_path)

@@ -244,6 +244,8 @@ def test_a_slow_control_just_over_its_budget_is_measured_on_until_it_clears_its_
     ]
 
 
+@pytest.mark.untimed
+@pytest.mark.slow  # two graded runs of the harness: 10 s
 def test_a_grade_decides_after_its_own_minimum_of_processes_and_a_case_s_own_timing_after_the_case_s(monkeypatch, tmp_path, environment):
     """A case's `speed.min_processes` may be there for its slow controls' margins; a grade's first verdict comes from
     `speed.grade_decides_after` processes (harness/phases/speed.py), whatever the case asks of its own timing. A case

@@ -230,6 +230,8 @@ def test_records_read_back_equal_what_was_written(tmp_path):
     assert record.to_json() == json.loads(path.read_text()) and not record.ok
 
 
+@pytest.mark.untimed
+@pytest.mark.slow  # a sweep cut mid-phase: 5 s; the summary-from-disk sweep above stays in the plain run
 def test_a_sweep_cut_by_sigterm_mid_phase_records_the_phase_it_cut(tmp_path):
     # What scancel or a SLURM time limit does to a job, here to the basic launcher's process (tests/test_slurm.py: under SLURM).
     command = [

@@ -368,6 +368,8 @@ def test_normalisation_strips_what_differs_between_runs_of_one_failure():
     ]
 
 
+@pytest.mark.untimed
+@pytest.mark.slow  # every committed log cleaned both ways: 6 s
 def test_the_whole_text_cleaning_equals_the_line_by_line_one_and_the_literal_gates_skip_no_match():
     """Triage cleans a log in one pass per substitution and skips a regex whose needed literals are absent (issue 49's
     speed): on every fixture, both give exactly what the plain line-by-line cleaning and search give."""
