@@ -114,7 +114,10 @@ def test_the_cache_is_the_harness_own_per_torch_version_unless_the_user_chose_on
     assert compile_axis.cache_dir(private=False) == compile_axis.CACHE_ROOT / f"torch-{torch.__version__.split('+')[0]}"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     assert compile_axis.cache_dir(private=False) == tmp_path
-    assert compile_axis.cache_dir(private=True) != tmp_path  # a graded child never shares a cache
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "scratch"))  # where a graded child's private folder goes (never /tmp here)
+    (tmp_path / "scratch").mkdir()
+    private = compile_axis.cache_dir(private=True)
+    assert private != tmp_path and private.parent == tmp_path / "scratch"  # a graded child never shares a cache
 
 
 @pytest.fixture(scope="module")

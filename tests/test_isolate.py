@@ -189,3 +189,25 @@ def test_children_ask_nvml_whether_cuda_is_there_so_an_import_that_asks_cannot_p
     every child forked after it ("Cannot re-initialize CUDA in forked subprocess", seen on an H100)."""
     result = run_isolated(_cuda_check_of_the_child, timeout_s=60)
     assert result.value == ("1", False), result.summary
+
+
+def test_a_scratch_folder_whose_harness_was_killed_is_removed_by_the_next_one(monkeypatch, tmp_path):
+    """A harness killed by SIGKILL (or the OOM killer) cannot remove its child's scratch folder; the next harness process
+    removes the folders whose maker's pid no longer runs, and no other."""
+    import tempfile
+
+    from harness.process import isolate
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(isolate, "_SWEPT_BY", None)
+    orphaned, running, other = (
+        tmp_path / f"harness-child-{dead.pid}-x1",
+        tmp_path / f"harness-child-{os.getpid()}-x2",
+        tmp_path / "harness-child-x3",
+    )
+    for folder in (orphaned, running, other):
+        (folder / "work").mkdir(parents=True)
+    assert run_isolated(_add, 1, 2, timeout_s=60).value == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([running.name, other.name])  # its own scratch removed too

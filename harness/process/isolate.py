@@ -29,6 +29,7 @@ import faulthandler
 import multiprocessing
 import os
 import pickle
+import shutil
 import signal
 import sys
 import tempfile
@@ -54,6 +55,8 @@ from harness.process.tree import Reaper, descendants_of
 
 OUTPUT_TAIL_CHARS = 20_000
 
+SCRATCH_PREFIX = "harness-child-"  # then the pid of the process that made the folder, which removes it
+
 
 def run_isolated(
     function: Callable[..., Any],
@@ -73,7 +76,8 @@ def run_isolated(
     """
     _use_a_stdlib_start_method()
     reaper = _reaper()
-    with tempfile.TemporaryDirectory(prefix="harness-child-") as scratch:
+    _sweep_orphaned_scratch()
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         paths, work = _scratch(scratch)
         ours, theirs = CONTEXT.Pipe() if talk is not None else (None, None)
         if theirs is not None:
@@ -150,6 +154,45 @@ def _reported(result_path: str, exit_code: int, seconds: float, output: str, ext
     if kind == "returned":
         return ChildResult("returned", seconds, value=payload, output=output, **extras)
     return ChildResult("raised", seconds, failure=payload, output=output, **extras)
+
+
+_SWEPT_BY: int | None = None
+
+
+def _sweep_orphaned_scratch() -> None:
+    """Once per process: remove the children's scratch folders of harness processes that died without removing them
+    (SIGKILL, the OOM killer, a cut SLURM job): the folders of this user whose maker's pid no longer runs."""
+    global _SWEPT_BY
+    if _SWEPT_BY == os.getpid():
+        return
+    _SWEPT_BY = os.getpid()
+    folder = tempfile.gettempdir()
+    try:
+        names = [name for name in os.listdir(folder) if name.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        maker = name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        path = os.path.join(folder, name)
+        if maker.isdigit() and not _runs(int(maker)) and _ours(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
+
+
+def _ours(path: str) -> bool:
+    try:
+        return os.lstat(path).st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 _REAPER: Reaper | None = None
