@@ -174,18 +174,8 @@ def _sweep_orphaned_scratch() -> None:
     for name in names:
         maker = name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
         path = os.path.join(folder, name)
-        if maker.isdigit() and not _runs(int(maker)) and _ours(path):
+        if maker.isdigit() and process_state(int(maker)) in (None, "Z") and _ours(path):  # gone, or a zombie
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _runs(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's
-    return True
 
 
 def _ours(path: str) -> bool:
