@@ -313,6 +313,8 @@ bad_fixes = {
     "except_type_error": except_type_error,
 }
 
+bad_fixes_right_on = {"version_check_by_string": ">=2.7,<2.10"}  # "2.9.1" < "2.7" is False as strings; "2.10.0" < "2.7" is True
+
 
 # -- slow fixes: correct, slower than the budget allows ---------------------------------------
 

@@ -9,6 +9,9 @@ name. The module provides plain names, no base class:
     fixed            inputs -> output: the fix
     reference        inputs -> output: the intended result, computed independently of `fixed`
     bad_fixes        {name: inputs -> output}: plausible fixes that the harness must reject
+    bad_fixes_right_on  (optional) {name: torch version specifier}: the releases where that bad fix happens to be
+                     right (a version check that misreads only later releases); there a bad fix that matches the
+                     reference is `not_wrong_here`, elsewhere `accepted` as any other
     speed_baseline   inputs -> output: what the fix is timed against
     speed_candidate  (optional) inputs -> output: the part of the fix to time, default `fixed`
     slow_fixes       {name: inputs -> output}: controls, fixes that are correct but clearly slower, as a

@@ -302,6 +302,18 @@ def graphs_compiled() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+def frames_traced() -> int:
+    """Frames dynamo has tried to trace in this process so far, those it then gave up on included (0 before torch 2.0).
+    A compiled function settled in its cache adds none per call; one that adds a frame on every call is traced again
+    each time (torch 2.15.0 skips a frame whose graph broke at `torch.autograd.grad` for that call only)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return 0
+
+    return int(counters["frames"]["total"])
+
+
 def timed_first_call(function: Callable, inputs: Any, synchronize: Callable[[], None]) -> tuple[Any, float]:
     """Call once and say how long it took: for a compiled function, the compile and one run."""
     started = time.perf_counter()

@@ -6,8 +6,10 @@ little, and on a busy machine it is missed.
 The margins (issue 45): a slow control's interval starts at least SLOW x its speed budget; a memory control's
 growth (its interval's low end) is at least MEMORY x its growth budget, or its peak MEMORY x its peak budget; a bad
 fix raises, crashes, differs in an integer or a shape, or its worst element is at least BAD_FIX x its tolerance
-away. A control that is not run on a record (no budget on that device; the case's failure absent there) is exempt,
-and says why. A record made before a figure existed (a bad fix's `tolerance_excess`) is `unmeasured`: not a pass.
+away. A control that is not run on a record (no budget on that device; the case's failure absent there; a compiled
+baseline that never settled) is exempt, and says why; so is a slow or memory control on a record where the case's own
+fix is not correct (an API the torch lacks; a compiled fix that differs there): those controls are judged against the
+fix's speed and memory, and there is none to judge. A record made before a figure existed (a bad fix's `tolerance_excess`) is `unmeasured`: not a pass.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from harness.recordset import Record
-from harness.statuses import BadFix, SlowControl
+from harness.statuses import BadFix, Correct, SlowControl
 
 SLOW = 1.3
 MEMORY = 2.0
@@ -27,7 +29,7 @@ Kind = Literal["slow", "memory", "bad_fix"]
 Standing = Literal["held", "thin", "missed", "unmeasured", "exempt"]
 PREFIXES: dict[str, Kind] = {"slow_fix:": "slow", "memory_fix:": "memory", "bad_fix:": "bad_fix"}
 CAUGHT = (SlowControl.FLAGGED, BadFix.REJECTED)  # a control caught: MemoryControl.FLAGGED is the same string
-EXEMPT_STATUSES = {SlowControl.NO_BUDGET, SlowControl.NOT_APPLICABLE, BadFix.NOT_WRONG_HERE}
+EXEMPT_STATUSES = {SlowControl.NO_BUDGET, SlowControl.NOT_APPLICABLE, SlowControl.RETRACED, BadFix.NOT_WRONG_HERE}
 NEEDED: dict[Kind, float] = {"slow": SLOW, "memory": MEMORY, "bad_fix": BAD_FIX}
 
 
@@ -46,7 +48,7 @@ class Margin:
     @property
     def standing(self) -> Standing:
         status = self.record.statuses[self.phase]
-        if status in EXEMPT_STATUSES:
+        if status in EXEMPT_STATUSES or _without_a_correct_fix(self.record, self.kind):
             return "exempt"
         if status not in CAUGHT:
             return "missed"
@@ -72,12 +74,22 @@ def margins(records: list[Record]) -> list[Margin]:
             if kind is None:
                 continue
             figures = record.figures.get(phase, {})
+            if _without_a_correct_fix(record, kind):
+                found.append(
+                    Margin(record, phase, kind, None, f"the case's own fix is not correct here (correct: {record.statuses['correct']})")
+                )
+                continue
             if status not in CAUGHT:  # exempt, or missed: no margin to measure
                 found.append(Margin(record, phase, kind, None, record.messages[phase][:160]))
                 continue
             margin, how = {"slow": _slow, "memory": _memory, "bad_fix": _bad_fix}[kind](figures, record.messages[phase])
             found.append(Margin(record, phase, kind, margin, how))
     return found
+
+
+def _without_a_correct_fix(record: Record, kind: Kind) -> bool:
+    """A slow or memory control on a record whose `correct` phase did not pass: nothing for it to prove."""
+    return kind != "bad_fix" and record.statuses.get("correct", Correct.PASSED) != Correct.PASSED
 
 
 def _slow(figures: dict[str, Any], message: str) -> tuple[float | None, str]:

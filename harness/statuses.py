@@ -104,13 +104,14 @@ class SlowControl(StrEnum):
     MISSED = "missed"
     NO_BUDGET = "no_budget"
     NOT_APPLICABLE = "not_applicable"  # not flagged where the case's failure does not occur
+    RETRACED = "retraced"  # not flagged where the compiled baseline was traced again on every timed call: not judged
     CRASHED = "crashed"
     TIMEOUT = "timeout"
     ERROR = "error"
 
     @property
     def ok(self) -> bool:
-        return self in (SlowControl.FLAGGED, SlowControl.NO_BUDGET, SlowControl.NOT_APPLICABLE)
+        return self in (SlowControl.FLAGGED, SlowControl.NO_BUDGET, SlowControl.NOT_APPLICABLE, SlowControl.RETRACED)
 
 
 class BadFix(StrEnum):

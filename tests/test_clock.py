@@ -1,6 +1,7 @@
 """What the parent sees beside the samples (harness/measure/clock.py), judged on made-up timings."""
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import pytest
 
 from harness.cases import ROOT
 from harness.measure.anomaly import anomaly, clock_figures
-from harness.measure.clock import BlockTiming, TimedProcess, drive
+from harness.measure.clock import BlockTiming, TimedProcess, drive, serve
 from harness.measure.timing import PairedSamples
 from harness.process.submitted import Submission
 from harness.process.tree import tree_cpu_s
@@ -298,3 +299,48 @@ def test_a_block_s_cpu_holds_the_children_that_ended_inside_it():
     busy = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end:\n    pass"
     subprocess.run([sys.executable, "-c", busy], check=True)
     assert tree_cpu_s(os.getpid()) - before >= 0.35
+
+
+class _Requests:
+    """A timing child's end of the pipe, fed the parent's requests in turn."""
+
+    def __init__(self, *requests):
+        self.requests, self.answers = [json.dumps(r).encode() for r in (*requests, {"op": "stop"})], []
+
+    def recv_bytes(self):
+        return self.requests.pop(0)
+
+    def send_bytes(self, data):
+        self.answers.append(data)
+
+
+def test_a_compiled_side_traced_again_on_every_call_is_counted_and_a_settled_one_is_not(monkeypatch):
+    import torch
+    import torch._dynamo
+
+    from harness.compiled import frames_traced
+    from harness.phases.speed import retraced_note, traced_every_call
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 64, raising=False)
+    monkeypatch.setattr(torch._dynamo.config, "cache_size_limit", 64, raising=False)
+    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", False)  # no int made dynamic after a recompile
+    torch._dynamo.reset()
+    step = {"n": 0}
+
+    def moving(x):  # a guard on a Python int that every call changes: dynamo traces the frame again each time
+        step["n"] += 1
+        return x * step["n"]
+
+    functions = {"candidate": torch.compile(lambda x: x * 2, backend="eager"), "baseline": torch.compile(moving, backend="eager")}
+    x = torch.ones(3)
+    for function in functions.values():
+        function(x)
+    served = {}
+    run = {"op": "run", "calls": 3}
+    serve(_Requests({**run, "side": "candidate"}, {**run, "side": "baseline"}), functions, x, "cpu", traces=frames_traced, served=served)
+    assert served["candidate"] == {"calls": 3, "traced": 0}
+    assert served["baseline"]["calls"] == 3 and served["baseline"]["traced"] >= 3
+    figures = {"traced_while_timed": [served, served]}
+    assert traced_every_call(figures) == (2 * served["baseline"]["traced"], 6) and traced_every_call(figures, "candidate") is None
+    assert "traced again on every call" in retraced_note(figures) and retraced_note({}) == ""
+    torch._dynamo.reset()

@@ -46,7 +46,9 @@ def test_a_slow_control_holds_only_when_its_low_end_clears_the_margin(tmp_path, 
     assert margin.standing == standing and margin.margin == pytest.approx(low / 1.15)
 
 
-@pytest.mark.parametrize(("status", "standing"), [("missed", "missed"), ("no_budget", "exempt"), ("not_applicable", "exempt")])
+@pytest.mark.parametrize(
+    ("status", "standing"), [("missed", "missed"), ("no_budget", "exempt"), ("not_applicable", "exempt"), ("retraced", "exempt")]
+)
 def test_a_missed_control_fails_and_one_not_run_is_exempt(tmp_path, status, standing):
     assert standing_of(tmp_path, slow(status, 0.9)).standing == standing
 
@@ -105,3 +107,13 @@ def test_the_table_names_each_controls_smallest_margin_and_where(tmp_path):
     assert "| `embedding_oob` | `slow_fix:loop` | 1.04x (2.4.1 cpu) | 1 / 2 |" in table(found)
     short, counts = report(found)
     assert len(short) == 1 and counts == {"held": 1, "thin": 1}
+
+
+def test_a_slow_or_memory_control_is_exempt_where_the_case_s_own_fix_is_not_correct_and_a_bad_fix_is_not(tmp_path):
+    bad = {"phase": "bad_fix:clamp", "status": "rejected", "figures": {"how": "differs", "tolerance_excess": 3.0}}
+    write(tmp_path, [{"phase": "reproduce", "status": "raised"}, {"phase": "correct", "status": "raised"}, slow("missed", 0.9), bad])
+    control, bad_fix = margins(load_records(tmp_path))
+    assert control.standing == "exempt" and "correct: raised" in control.how
+    assert bad_fix.standing == "thin"
+    write(tmp_path, [{"phase": "reproduce", "status": "raised"}, {"phase": "correct", "status": "passed"}, slow("missed", 0.9)])
+    assert margins(load_records(tmp_path))[0].standing == "missed"

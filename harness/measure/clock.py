@@ -66,9 +66,18 @@ class TimedProcess:
 
 
 def serve(
-    connection, functions: dict[str, Callable[[Any], Any]], inputs: Any, device: str, fresh_inputs: Callable[[], Any] | None = None
+    connection,
+    functions: dict[str, Callable[[Any], Any]],
+    inputs: Any,
+    device: str,
+    fresh_inputs: Callable[[], Any] | None = None,
+    *,
+    traces: Callable[[], int] | None = None,
+    served: dict[str, dict[str, int]] | None = None,
 ) -> None:
-    """Answer the parent's requests until it says stop: run a block, send back or drop its outputs, make fresh inputs."""
+    """Answer the parent's requests until it says stop: run a block, send back or drop its outputs, make fresh inputs.
+    With `traces` (a counter of frames the compiler traced) and `served`, each side's calls and the frames traced
+    during them add up in `served[side]`: a compiled side traced again on every call is timing its tracer."""
     kept: list[Any] = []
     collecting = gc.isenabled()
     gc.disable()  # as timeit does: a full collection lands on whichever sample happens to trigger it
@@ -78,7 +87,12 @@ def serve(
             if request["op"] == "run":
                 function = functions[request["side"]]
                 kept = []
+                traced_before = traces() if traces else 0
                 seconds = _child_clock(lambda: kept.extend(function(inputs) for _ in range(request["calls"])), device)
+                if traces and served is not None:
+                    tally = served.setdefault(request["side"], {"calls": 0, "traced": 0})
+                    tally["calls"] += request["calls"]
+                    tally["traced"] += traces() - traced_before
                 connection.send_bytes(json.dumps({"s": seconds}).encode())
             elif request["op"] == "send":
                 connection.send_bytes(_as_bytes(kept[request["index"]]))

@@ -19,6 +19,8 @@
     slow_fixes one record per slow fix, phase "slow_fix:<name>": a correct but slower fix, timed as `speed`
                times the fix; the speed verdict must catch it
                flagged (correct and over budget) | missed | no_budget | crashed | timeout | error
+               | retraced (compiled: not flagged where dynamo traced the baseline again on every timed call, so
+               its time was the tracer's; not judged, and the record says how many frames in how many calls)
     bad_fixes  one record per bad fix, phase "bad_fix:<name>"; each must be rejected
                rejected (it raised, crashed, differs from the reference, or still issues a `Warns` case's warning)
                | accepted | timeout | error

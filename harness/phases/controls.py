@@ -6,11 +6,15 @@ from __future__ import annotations
 import dataclasses
 from types import ModuleType
 
+import torch
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
 from harness import margins
 from harness.phases.common import MEMORY_FIX, SLOW_FIX, RunSpec, abnormal, difference, failure_holds, record_of, tolerance_text
 from harness.phases.correct import compare_in_child
 from harness.phases.memory import memory_budget, memory_judged
-from harness.phases.speed import budget_of, time_against
+from harness.phases.speed import budget_of, time_against, traced_every_call
 from harness.process.isolate import run_isolated
 from harness.records import PhaseRecord
 from harness.statuses import BadFix, Memory, MemoryControl, SlowControl, Speed
@@ -46,6 +50,12 @@ def slow_fix(name: str, case: ModuleType, spec: RunSpec) -> PhaseRecord:
             SlowControl.NOT_APPLICABLE,
             f"not flagged ({timed.status}) on a run where the case's failure does not occur ({ABSENT}): " + timed.message,
         )
+    elif timed.status in (Speed.WITHIN_BUDGET, Speed.INCONCLUSIVE) and traced_every_call(timed.figures):
+        status, message = (
+            SlowControl.RETRACED,
+            f"not judged ({timed.status}): a control is slower than a settled compiled baseline, and this one never "
+            "settled: " + timed.message,
+        )
     elif timed.status in (Speed.WITHIN_BUDGET, Speed.INCONCLUSIVE):
         status, message = SlowControl.MISSED, f"correct but not flagged ({timed.status}): " + timed.message
     else:  # the timing itself crashed, hung or raised: the control proves nothing
@@ -76,6 +86,17 @@ def bad_fix(name: str, case: ModuleType, spec: RunSpec) -> PhaseRecord:
             BadFix.NOT_WRONG_HERE,
             True,
             f"matches the reference on a run where the case's failure does not occur ({ABSENT}): wrong only where it does",
+            result,
+            figures,
+        )
+    right_on = getattr(case, "bad_fixes_right_on", {}).get(name)
+    if right_on and SpecifierSet(right_on).contains(Version(torch.__version__.split("+")[0]), prereleases=True):
+        return record_of(
+            phase,
+            BadFix.NOT_WRONG_HERE,
+            True,
+            f"matches the reference on torch {torch.__version__}, a release the case says it is right on ({right_on}): "
+            "wrong only outside them",
             result,
             figures,
         )

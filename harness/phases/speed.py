@@ -154,11 +154,32 @@ def _time_against(
         if verdict is not None:
             break
     figures = _figures(estimate, budget, tally, result.value[0]["cpu_threads"], started)
-    interval, message = _message(verdict, estimate, budget, spec.device, figures["seconds"])
+    interval, message = _message(verdict, estimate, budget, spec.device, figures)
     ok = verdict.ok  # inconclusive (a case's own timing) is no failure, but reports show it apart
     if graded:
         verdict, ok, message = _graded_findings(verdict, ok, message, interval, figures, tally, check_dir, cfg, spec.device)
     return PhaseRecord(phase, verdict, ok, message, figures, round(time.monotonic() - started, 4), result.output)
+
+
+def traced_every_call(figures: dict[str, Any], side: str = "baseline") -> tuple[int, int] | None:
+    """(frames traced, calls) of `side` over a compiled timing's processes where dynamo traced at least one frame on
+    every one of that side's calls in each process (its compiled code never settled: the time is the tracer's);
+    None where it settled, or nothing was counted (eager)."""
+    counted = [process[side] for process in figures.get("traced_while_timed", []) if side in (process or {})]
+    if not counted or any(tally["calls"] == 0 or tally["traced"] < tally["calls"] for tally in counted):
+        return None
+    return sum(tally["traced"] for tally in counted), sum(tally["calls"] for tally in counted)
+
+
+def retraced_note(figures: dict[str, Any]) -> str:
+    """The message's note on a compiled baseline traced again on every call, or ''."""
+    traced = traced_every_call(figures)
+    if traced is None:
+        return ""
+    return (
+        f"; compiled, the baseline was traced again on every call ({traced[0]} frames in its {traced[1]} calls after the compile): "
+        "its time is mostly dynamo's, not its kernels'"
+    )
 
 
 def _out_of_time(processes: int, seconds: float, timing: SpeedSettings, graded: bool) -> bool:
@@ -239,7 +260,7 @@ def _gather(tally: _Tally, results: dict[str, ChildResult], timed: TimedProcess,
     """One timing process's figures added to the tally."""
     value = results["candidate"].value[0]
     for told in [value] + [results[side].value[0] for side in ("baseline",) if side in results]:
-        for key in ("compile_s", "recompiled_on_new_inputs", "recompiled_while_timed"):
+        for key in ("compile_s", "recompiled_on_new_inputs", "recompiled_while_timed", "traced_while_timed"):
             if key in told:
                 tally.compiled.setdefault(key, []).append(told[key])
     children = {id(child): child for child in results.values()}.values()  # one child may serve several sides
@@ -281,8 +302,9 @@ def _figures(estimate: RatioEstimate, budget: float | None, tally: _Tally, cpu_t
     return figures
 
 
-def _message(verdict: Speed, estimate: RatioEstimate, budget: float | None, device: str, seconds: float) -> tuple[str, str]:
-    """The interval in words, and the verdict's message."""
+def _message(verdict: Speed, estimate: RatioEstimate, budget: float | None, device: str, figures: dict[str, Any]) -> tuple[str, str]:
+    """The interval in words, and the verdict's message (with a compiled baseline that never settled, a note of it)."""
+    seconds = figures["seconds"]
     interval = f"{estimate.ratio:.3f}x [{estimate.ratio_low:.3f}, {estimate.ratio_high:.3f}] ({estimate.level:.0%}, {estimate.samples} pairs in {estimate.processes} processes)"
     times = f"{estimate.candidate_s * 1e3:.3f} ms vs {estimate.baseline_s * 1e3:.3f} ms"
     message = {
@@ -295,7 +317,7 @@ def _message(verdict: Speed, estimate: RatioEstimate, budget: float | None, devi
             "and a grade must be decisive; grade it again on a quieter machine, or give it longer (speed.grade_max_s)"
         ),
     }[verdict]
-    return interval, message
+    return interval, message + retraced_note(figures)
 
 
 def _graded_findings(

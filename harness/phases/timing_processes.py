@@ -185,15 +185,19 @@ def speed_in_child(
         torch.set_num_threads(spec.cpu_threads)  # several threads make small-op ratios swing by 20%
     told: dict[str, Any] = {}
     functions = _functions(case, candidate, baseline, cfg, sides, told)
+    served: dict[str, dict[str, int]] = {}  # per side: calls, and frames traced during them (compiled)
     try:
         if spec.compile != "off":  # compiled before the clock starts: compile time is reported, never timed
             told.update(_compile_first(functions, warm_inputs, make, seeds, spec.device))
         before = process_settings() if seeds and "candidate" in sides else None
-        serve(connection, functions, warm_inputs, spec.device, (lambda: keep(make(seeds["timed"]))) if seeds else None)
+        fresh = (lambda: keep(make(seeds["timed"]))) if seeds else None
+        traces = compile_axis.frames_traced if spec.compile != "off" else None
+        serve(connection, functions, warm_inputs, spec.device, fresh, traces=traces, served=served)
     except Exception as error:  # noqa: BLE001
         return None, Failure.from_exception(error)
     if "graphs" in told:
         told["recompiled_while_timed"] = compile_axis.graphs_compiled() - told["graphs"]
+        told["traced_while_timed"] = served
     if before is not None:
         told["changed_by_its_calls"] = changes(before, process_settings())
     if not told.get("changed_on_import"):
