@@ -119,7 +119,7 @@ def _memory(figures: dict[str, Any], message: str) -> tuple[float | None, str]:
 
 def _bad_fix(figures: dict[str, Any], message: str) -> tuple[float | None, str]:
     how = figures.get("how")
-    if how in ("raised", "crashed"):  # a bad fix's figures["how"] (harness/phases/controls.py)
+    if how in ("raised", "crashed", "warns"):  # a bad fix's figures["how"] (harness/phases/controls.py): still warning is categorical
         return math.inf, message[:120]
     if figures.get("reason"):
         return math.inf, f"differs in structure: {figures['reason'][:120]}"

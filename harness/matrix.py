@@ -182,8 +182,11 @@ def _cell(record: Record | None) -> str:
         interval = f" [{speed['ratio_low']:.2f}, {speed['ratio_high']:.2f}]" if speed.get("ratio_high") is not None else ""
         parts.append(f"{speed['ratio']:.2f}x{interval}")
     slow = [status for phase, status in record.statuses.items() if phase.startswith("slow_fix:") and status != SlowControl.NO_BUDGET]
-    if slow:
-        parts.append(f"{slow.count(SlowControl.FLAGGED)}/{len(slow)} slow fixes flagged")
+    judged = [status for status in slow if status != SlowControl.RETRACED]
+    if judged:
+        parts.append(f"{judged.count(SlowControl.FLAGGED)}/{len(judged)} slow fixes flagged")
+    if len(judged) < len(slow):
+        parts.append(f"{len(slow) - len(judged)} slow fix not judged (the compiled baseline retraced every call)")
     bad = [status for phase, status in record.statuses.items() if phase.startswith("bad_fix:")]
     if bad:
         parts.append(f"{bad.count(BadFix.REJECTED)}/{len(bad)} bad fixes rejected")

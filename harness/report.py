@@ -160,12 +160,21 @@ def _cells(record, note: str | None) -> list[str]:
     """A finished job's cells, from "ok" on."""
     by_phase = {phase.phase: phase for phase in record.phases}
     bad_fixes = [phase for phase in record.phases if phase.phase.startswith("bad_fix:")]
-    slow_fixes = [phase for phase in record.phases if phase.phase.startswith("slow_fix:") and phase.status != SlowControl.NO_BUDGET]
+    slow_fixes = [
+        phase
+        for phase in record.phases
+        if phase.phase.startswith("slow_fix:") and phase.status not in (SlowControl.NO_BUDGET, SlowControl.RETRACED)
+    ]
+    retraced = any(phase.status == SlowControl.RETRACED for phase in record.phases)
     return [
         "[green]yes[/green]" if record.ok and not note else "[red]cut[/red]" if _is_cut(note) else "[red]NO[/red]",
         *(by_phase[name].status if name in by_phase else "-" for name in ("reproduce", "fix", "correct")),
         speed_cell(by_phase.get("speed")),
-        f"{sum(p.status == SlowControl.FLAGGED for p in slow_fixes)}/{len(slow_fixes)} flagged" if slow_fixes else "-",
+        f"{sum(p.status == SlowControl.FLAGGED for p in slow_fixes)}/{len(slow_fixes)} flagged"
+        if slow_fixes
+        else "retraced"
+        if retraced
+        else "-",
         f"{sum(p.status == BadFix.REJECTED for p in bad_fixes)}/{len(bad_fixes)} rejected" if bad_fixes else "-",
         memory_cell(
             by_phase.get("memory"),

@@ -68,6 +68,7 @@ def test_a_memory_control_is_judged_by_the_larger_of_its_growth_and_its_peak(tmp
     ("figures", "standing", "value"),
     [
         ({"how": "raised", "error": "IndexError: x"}, "held", math.inf),
+        ({"how": "warns", "still_warns": "UserWarning: The verbose parameter is deprecated."}, "held", math.inf),
         ({"how": "differs", "mismatched_integers": 2, "integers": 6}, "held", math.inf),
         ({"how": "differs", "reason": "output['grad'] is None where the reference has a tensor (16 such)"}, "held", math.inf),
         ({"how": "differs", "mismatched_floats": 3, "floats": 9, "tolerance_excess": BAD_FIX * 4}, "held", BAD_FIX * 4),
