@@ -181,7 +181,7 @@ triage_signs = TriageSigns(
             0.4,
             "a vector quantizer's codebook in the frames",
         ),
-        Sign("context", r"\bcodec(?!s\.py)\w*|\bCodec\w*", 0.3, "a codec decoding codes"),
+        Sign("context", r"\bcodec(?!s\.py|ache)\w*|\bCodec\w*", 0.3, "a codec decoding codes"),  # not inductor's codecache.py
     ),
 )
 

@@ -314,16 +314,13 @@ class _Requests:
         self.answers.append(data)
 
 
-def test_a_compiled_side_traced_again_on_every_call_is_counted_and_a_settled_one_is_not(monkeypatch):
+def test_a_compiled_side_traced_again_on_every_call_is_counted_and_a_settled_one_is_not():
     import torch
     import torch._dynamo
 
     from harness.compiled import frames_traced
     from harness.phases.speed import retraced_note, traced_every_call
 
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 64, raising=False)
-    monkeypatch.setattr(torch._dynamo.config, "cache_size_limit", 64, raising=False)
-    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", False)  # no int made dynamic after a recompile
     torch._dynamo.reset()
     step = {"n": 0}
 
@@ -333,11 +330,15 @@ def test_a_compiled_side_traced_again_on_every_call_is_counted_and_a_settled_one
 
     functions = {"candidate": torch.compile(lambda x: x * 2, backend="eager"), "baseline": torch.compile(moving, backend="eager")}
     x = torch.ones(3)
-    for function in functions.values():
-        function(x)
+    with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+        for function in functions.values():
+            function(x)
     served = {}
     run = {"op": "run", "calls": 3}
-    serve(_Requests({**run, "side": "candidate"}, {**run, "side": "baseline"}), functions, x, "cpu", traces=frames_traced, served=served)
+    with torch._dynamo.config.patch(automatic_dynamic_shapes=False):  # no int made dynamic after a recompile
+        serve(
+            _Requests({**run, "side": "candidate"}, {**run, "side": "baseline"}), functions, x, "cpu", traces=frames_traced, served=served
+        )
     assert served["candidate"] == {"calls": 3, "traced": 0}
     assert served["baseline"]["calls"] == 3 and served["baseline"]["traced"] >= 3
     figures = {"traced_while_timed": [served, served]}

@@ -226,7 +226,7 @@ def test_change_report_on_autocast_device_across_torch_2_4(tmp_path, capsys):
     assert code == 1
     assert out.startswith("## What changed from torch 2.3.1 to torch 2.4.1\n")
     assert "### `autocast_device` on cpu, torch 2.3.1 -> 2.4.1" in out
-    assert "- `reproduce`: reproduced -> fixed_upstream: `buggy ran without error, as expected from torch 2.4.0 on`" in out
+    assert "- `reproduce`: reproduced -> fixed_upstream: `buggy ran without error, as expected on torch 2.4.1" in out
     assert (
         "  - before: `RuntimeError: User specified an unsupported autocast device_type 'cpu:0'`\n  - after: none (no error recorded)" in out
     )
