@@ -119,6 +119,21 @@ def load_case(name: str) -> ModuleType:
     return importlib.import_module(f"cases.{name}")
 
 
+def _right_on_problems(case: ModuleType) -> list[str]:
+    """`bad_fixes_right_on` naming a bad fix the case lacks, or a torch range that does not parse."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    problems = []
+    for name, releases in getattr(case, "bad_fixes_right_on", {}).items():
+        if name not in getattr(case, "bad_fixes", {}):
+            problems.append(f"`bad_fixes_right_on` names {name!r}, which is not in `bad_fixes`")
+        try:
+            SpecifierSet(releases)
+        except InvalidSpecifier:
+            problems.append(f"`bad_fixes_right_on[{name!r}]` is no torch version range: {releases!r}")
+    return problems
+
+
 def contract_problems(case: ModuleType) -> list[str]:
     """What `case` lacks of the contract above; empty when it is complete."""
     problems = [f"missing `{name}`" for name in REQUIRED_NAMES if not hasattr(case, name)]
@@ -126,6 +141,7 @@ def contract_problems(case: ModuleType) -> list[str]:
     problems += [f"no symptom for {device}" for device in DEVICES if device not in symptoms]
     if not getattr(case, "bad_fixes", None):
         problems.append("`bad_fixes` is empty")
+    problems += _right_on_problems(case)
     budgets = _speed_budgets(case)
     if budgets and not getattr(case, "slow_fixes", None):
         problems.append(

@@ -9,7 +9,8 @@ fix raises, crashes, differs in an integer or a shape, or its worst element is a
 away. A control that is not run on a record (no budget on that device; the case's failure absent there; a compiled
 baseline that never settled) is exempt, and says why; so is a slow or memory control on a record where the case's own
 fix is not correct (an API the torch lacks; a compiled fix that differs there): those controls are judged against the
-fix's speed and memory, and there is none to judge. A record made before a figure existed (a bad fix's `tolerance_excess`) is `unmeasured`: not a pass.
+fix's speed and memory, and there is none to judge. A record made before a figure existed (a bad fix's
+`tolerance_excess`) is `unmeasured`: not a pass.
 """
 
 from __future__ import annotations

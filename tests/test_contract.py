@@ -87,3 +87,17 @@ def test_a_symptom_that_appears_on_an_upgrade_holds_over_its_range_of_releases()
     assert Symptom("IndexError", "x", fixed_in="2.4").clean_status("2.13.0") == "fixed_upstream"
     assert symptom_on(error, "2.3.1") is error and not error.expected_on("2.3.1")
     assert versions.range_text() == "Warns from torch 2.4 until 2.6; Symptom from torch 2.6 on"
+
+
+def test_a_bad_fix_declared_right_on_some_torch_must_exist_and_name_a_range():
+    from types import SimpleNamespace
+
+    from harness.cases import _right_on_problems
+
+    case = SimpleNamespace(bad_fixes={"string_check": None}, bad_fixes_right_on={"string_check": ">=2.7,<2.10"})
+    assert _right_on_problems(case) == []
+    case.bad_fixes_right_on = {"strnig_check": ">=2.7", "string_check": "2.7 to 2.9"}
+    assert _right_on_problems(case) == [
+        "`bad_fixes_right_on` names 'strnig_check', which is not in `bad_fixes`",
+        "`bad_fixes_right_on['string_check']` is no torch version range: '2.7 to 2.9'",
+    ]
