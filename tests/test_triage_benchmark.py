@@ -98,7 +98,8 @@ def test_figures_per_family_on_the_second_kept_apart_set():
     positives, right, top3, _, negatives, claimed = (sum(column) for column in zip(*figures.values()))
     print(f"\nsecond kept-apart set: right {right}/{positives}, top 3 {top3}/{positives}, claimed {claimed}/{negatives}")
     assert (positives, negatives) == (41, 24)
-    assert right >= 36 and top3 >= 39 and claimed <= 1, (right, top3, claimed)
+    # top 3: 39 -> 40 once resemblance in words (harness/triage/resemble.py, 2026-11-29) fills the first three
+    assert right >= 36 and top3 >= 40 and claimed <= 1, (right, top3, claimed)
 
 
 def test_figures_per_family_on_the_third_kept_apart_set():
@@ -114,7 +115,8 @@ def test_figures_per_family_on_the_third_kept_apart_set():
     later change of signs cannot lose it unseen; this set is no longer kept apart."""
     positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_3)
     assert (positives, negatives) == (51, 23)
-    assert right >= 47 and top3 >= 48 and claimed <= 2, (right, top3, claimed)
+    # top 3: 48 -> 51 once resemblance in words (harness/triage/resemble.py, 2026-11-29) fills the first three
+    assert right >= 47 and top3 >= 51 and claimed <= 2, (right, top3, claimed)
 
 
 def test_figures_per_family_on_the_fourth_kept_apart_set():
@@ -131,7 +133,8 @@ def test_figures_per_family_on_the_fourth_kept_apart_set():
     positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_4)
     assert (positives, negatives) == (44, 29)
     # 41 and 43 from 2026-11-29, with "DataLoader worker killed" in words
-    assert right >= 41 and top3 >= 43 and claimed <= 2, (right, top3, claimed)
+    # top 3: 43 -> 44 once resemblance in words (harness/triage/resemble.py, 2026-11-29) fills the first three
+    assert right >= 41 and top3 >= 44 and claimed <= 2, (right, top3, claimed)
 
 
 def test_figures_per_family_on_the_fifth_kept_apart_set():
@@ -153,7 +156,8 @@ def test_figures_per_family_on_the_fifth_kept_apart_set():
     right (the fourth's) and none lost. This set is no longer kept apart (a seventh measures it)."""
     positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_5)
     assert (positives, negatives) == (31, 20)
-    assert right >= 30 and top3 >= 30 and claimed <= 2, (right, top3, claimed)
+    # top 3: 30 -> 31 once resemblance in words (harness/triage/resemble.py, 2026-11-29) fills the first three
+    assert right >= 30 and top3 >= 31 and claimed <= 2, (right, top3, claimed)
 
 
 def test_figures_per_family_on_the_sixth_kept_apart_set():
@@ -193,8 +197,13 @@ def test_figures_per_family_on_the_eighth_kept_apart_set():
     family's own line with another cause, positives of the family by this project's convention (docs/guides/triage.md),
     and so labelled now: 26 of 44 right (59%), 34 of 44 in the top 3 (77%), 0 of 15 claimed, short of two goals of
     issue 49: the signs written from the seventh set's misses did not carry to this one. Then one sign was added for
-    multigpu_segfault's own abort (gloo's exception thrown past `terminate` in a rank): 29, 37 and 0. The floor
-    holds that."""
+    multigpu_segfault's own abort (gloo's exception thrown past `terminate` in a rank): 29, 37 and 0. Then the cases
+    a log's words resemble (harness/triage/resemble.py, each case's module source against the log) filled the first
+    three where fewer than three signs matched: 29, 43 and 0. Seven logs came into the first three by their words (a
+    worker killed after 15 hours, DDP's unused student layers, predictions that differ for one image, a scheduler's
+    traceback cut before its error, a label 255 behind a device-side assert, NaN gradients in English and in Chinese);
+    one left them: open-unmix's identical worker seeds, whose case a veto rules out, listed now after the leads. The
+    floor holds that."""
     positives, right, top3, negatives, claimed = _printed_figures(KEPT_APART_8)
     assert (positives, negatives) == (44, 15)
-    assert right >= 29 and top3 >= 37 and claimed <= 0, (right, top3, claimed)
+    assert right >= 29 and top3 >= 43 and claimed <= 0, (right, top3, claimed)

@@ -35,20 +35,45 @@ most UNCLAIMED_CEILING; a vetoed case scores 0. Candidates are every case with a
 best first. A candidate below VERDICT_SCORE says why in the words "too little to decide": a log
 cut before its error line, a failure line common to other bugs with nothing around it, or a weak
 failure (a later op's cuBLAS error) without enough context. It stays a candidate, never a verdict.
+Where fewer than three cases have a live sign, the cases the log's words resemble most (each case's module source
+against the log, by TF-IDF; harness/triage/resemble.py) follow them as candidates "resembling the case in words",
+scored below UNCLAIMED_CEILING, before the cases a veto ruled out: a report in words that no sign reads still has
+its case among the first three. Resemblance is a lead, never a verdict: near-misses resemble their look-alike case
+as much as its reports do.
 `confidence` is the rate at which answers of the same level (cause evidenced, not evidenced, contradicted,
 or no verdict) were right on the fixtures (CONFIDENCE; tests/test_triage.py checks it against them).
 
-The package: `text` cleans a log, `search` finds the signs' first matches, this module scores the cases and makes
-the verdict, `cli` reads a log and prints it (its exit status is there).
+The package: `records` holds the signs, candidates and verdicts, `text` cleans a log, `search` finds the signs' first
+matches, `resemble` compares a log's words with each case's, `lookalikes` names the failures that belong to no case,
+this module scores the cases and makes the verdict, `cli` reads a log and prints it (its exit status is there).
 """
 
 from __future__ import annotations
 
 import ast
 import functools
-from dataclasses import dataclass
 from pathlib import Path
 
+from harness.triage import resemble
+from harness.triage.lookalikes import LOOKALIKES
+from harness.triage.records import (
+    CONFIDENCE,
+    CONTRADICTED,
+    EVIDENCE_CHARS,
+    EVIDENCED,
+    FAMILY_LINE,
+    NEAR_LINES,
+    NOT_EVIDENCED,
+    NOT_KNOWN,
+    RESEMBLES,
+    TOO_LITTLE,
+    UNCLAIMED_CEILING,
+    VERDICT_SCORE,
+    Candidate,
+    Sign,
+    TriageSigns,
+    Verdict,
+)
 from harness.triage.search import _first_match, _line_of, _line_starts, _Search
 from harness.triage.text import _ANSI, MAX_LINE_CHARS, _normalise_line, _normalise_text, _raw_lines, normalise
 
@@ -62,6 +87,7 @@ __all__ = [  # what the cases (Sign, TriageSigns), the matrix (normalise) and th
     "NEAR_LINES",
     "NOT_EVIDENCED",
     "NOT_KNOWN",
+    "RESEMBLES",
     "TOO_LITTLE",
     "UNCLAIMED_CEILING",
     "VERDICT_SCORE",
@@ -85,195 +111,18 @@ CASES_DIR = Path(__file__).resolve().parents[2] / "cases"
 RULES_NAME = "triage_signs"
 
 
-VERDICT_SCORE = 0.5
-
-
-UNCLAIMED_CEILING = 0.45  # strictly below VERDICT_SCORE: supporting lines alone never name a case
-
-
-EVIDENCE_CHARS = 300
-
-
-NEAR_LINES = 3  # a prose sign's concepts (`Sign.near`) are found at most this many lines from its pattern's line
-
-
-NOT_KNOWN = "not one of the known cases"
-
-
-TOO_LITTLE = "too little to decide"
-
-
-FAMILY_LINE = "the family's own line"
-
-
-EVIDENCED, NOT_EVIDENCED, CONTRADICTED = "evidenced", "not evidenced", "contradicted"
-
-
-# How often an answer of each level was right (Laplace-smoothed), the family verdict by the cause's level and None
-# for no verdict. On the fixtures the signs were tuned on: 0.99, 0.98, 0.75 (2 logs), 0.995; on the logs kept apart
-# for issue 49: 0.95, 0.95, 0.67 (1 log), 0.81. A "none" misses more on new logs than on tuned ones, so its figure
-# is set between the two (after the kept-apart measurement); tests/test_triage.py keeps each within 0.1 of the fixtures.
-CONFIDENCE = {EVIDENCED: 0.97, NOT_EVIDENCED: 0.9, CONTRADICTED: 0.8, None: 0.9}
-
-
-@dataclass(frozen=True)
-class Sign:
-    kind: str  # "failure", "context", "support", "veto" or "against"
-    pattern: str  # regex searched in each cleaned line; it never spans lines
-    weight: float  # how much this line alone says the log is the case, in [0, 1]; unused for a veto or an against
-    why: str
-    family: bool = False  # a failure line that is the family's own text: alone it names the family
-    near: tuple[str, ...] = ()  # regexes each matched within NEAR_LINES lines of `pattern`'s: a prose report's concepts
-
-
-@dataclass(frozen=True)
-class TriageSigns:
-    signs: tuple[Sign, ...]  # in order of priority: the first listed is shown first
-    needs_context: bool = False  # the failure alone is shared with another case (codebook vs embedding)
-    family: str = ""  # the kind of failure the case teaches, in words: wider than the case's own cause
-    cause: str = ""  # the case's own cause, in words
-    confirm: str = ""  # what, in the user's code or log, would confirm the case's cause
-    also: str = ""  # what else prints the family's line
-
-
-@dataclass(frozen=True)
-class Candidate:
-    case: str
-    score: float
-    evidence: list[str]
-    why: str
-    cause: str | None = None  # EVIDENCED, NOT_EVIDENCED or CONTRADICTED where the case's family is named; else None
-    against: tuple[str, ...] = ()  # the lines that contradict the case's cause, with why
-
-
-@dataclass(frozen=True)
-class Verdict:
-    case: str | None
-    candidates: list[Candidate]
-    looks_like: list[str]  # for no verdict: the known look-alikes that matched
-    family: dict | None = None  # {"case", "name"} of the verdict's family
-    cause: dict | None = None  # {"status", "cause", "evidence", "confirm", "also"}
-    confidence: float = CONFIDENCE[None]
-
-    def to_json(self) -> dict:
-        return {
-            "verdict": self.case,
-            "candidates": [{"case": c.case, "score": c.score, "evidence": c.evidence, "why": c.why} for c in self.candidates],
-            "family": self.family,
-            "cause": self.cause,
-            "confidence": self.confidence,
-        }
-
-
-# Failures that resemble the cases and belong to none of them: named when there is no verdict.
-LOOKALIKES = (
-    Sign(
-        "lookalike",
-        r"Class values must be smaller than num_classes|Class values must be non-negative",
-        1,
-        "a class index outside [0, num_classes) in F.one_hot, not in the loss (target_out_of_bounds is the loss's): the labels need the same remapping",
-    ),
-    Sign(
-        "lookalike",
-        r"multi-target not supported|only batches of spatial targets supported|0D or 1D target tensor expected",
-        1,
-        "a loss target of the wrong shape (one-hot, or an extra channel dimension), not a class out of range",
-    ),
-    Sign(
-        "lookalike",
-        r"tokenization_\w+\.py|piece id is out of range|out of range integral type conversion attempted|sentencepiece",
-        1,
-        "an index error in a tokenizer (token ids outside its vocabulary), not an out-of-range lookup in a model",
-    ),
-    Sign(
-        "lookalike",
-        r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|can't allocate memory|exitcode *: *-9\b|[Ss]ignal 9 \(SIGKILL\)",
-        1,
-        "out of memory (on the GPU, or a process killed by SIGKILL, as the host's OOM killer does)",
-    ),
-    Sign(
-        "lookalike",
-        r"failed \(exitcode: 1\)|exitcode *: *1 \(pid",
-        1,
-        "a rank that exited with a Python error (exit code 1), not a signal: its own traceback, above the launcher's lines, says why",
-    ),
-    Sign(
-        "lookalike",
-        r"Watchdog caught collective operation timeout|NCCL watchdog|ran for \d+ milliseconds before timing out|Some NCCL operations have failed or timed out",
-        1,
-        "an NCCL timeout: a rank hung in a collective and the watchdog took the process down",
-    ),
-    Sign(
-        "lookalike",
-        r"DataLoader worker \(pid|encountered in worker\.|exited unexpectedly with exit code",
-        1,
-        "a DataLoader worker killed by a signal (a dataset or shared-memory problem), not a rank",
-    ),
-    Sign(
-        "lookalike",
-        r"ScatterGatherKernel\.cu|index \d+ is out of bounds for axis",
-        1,
-        "a gather/scatter or NumPy index out of range, not one of the cases' lookups",
-    ),
-    Sign(
-        "lookalike",
-        r"does not support bfloat16|not supported for autocast|In CPU autocast, but the target dtype is not supported",
-        1,
-        "autocast with a dtype the device lacks, not a device-type error",
-    ),
-    Sign(
-        "lookalike",
-        r"User provided device_type of '\w+', but \w+ is not available|autocast only affects CUDA ops, but CUDA is not available",
-        1,
-        "autocast's warning that it disabled itself (no CUDA here): a warning, not the device-type error",
-    ),
-    Sign(
-        "lookalike",
-        r"weight tensor should be defined either for all or no classes",
-        1,
-        "class weights of the wrong length for the loss, not the ignore label indexing them",
-    ),
-    Sign(
-        "lookalike",
-        r"only one element tensors can be converted to Python scalars",
-        1,
-        "a tensor of several values where Python expected one number (`.item()` on a per-GPU loss, `torch.tensor` of tensors)",
-    ),
-    Sign(
-        "lookalike",
-        r"index out of bounds: 0 <= \S*tmp<n>",
-        1,
-        "the bounds check of torch.compile's generated code with nothing saying which op: the kernel's name (`cpp_fused_...`, `triton_..._fused_...`) or the eager run's error names it",
-    ),
-    Sign(
-        "lookalike",
-        r"terminate called recursively|terminate called after throwing an instance of",
-        1,
-        "a C++ exception that escaped and aborted the process (under torch.compile on CPU, a bounds check inside a parallel kernel): rerun with OMP_NUM_THREADS=1 to get its message and the kernel's name",
-    ),
-    Sign(
-        "lookalike",
-        r"Graph break from|Graph break: from user code|hit config\.(?:recompile|cache_size)_limit|FailOnRecompileLimitHit",
-        1,
-        "a torch.compile warning (a graph break, the recompile limit), not an index error: the failure, if any, is elsewhere in the log",
-    ),
-    Sign(
-        "lookalike",
-        r"device-side assert(ion)? triggered",
-        1,
-        "a device-side assert whose kernel line is missing: rerun with CUDA_LAUNCH_BLOCKING=1 and paste the lines with `Assertion`",
-    ),
-)
-
-
 def load_signs(cases_dir: Path = CASES_DIR) -> dict[str, TriageSigns]:
     """Every case's `triage_signs`, read from its module's source without importing it.
 
     Parsed once per version of the folder (each file's name, size and modification time): parsing every case takes
     longer than scoring a log, and a caller that triages many logs would otherwise pay it for each."""
+    return dict(_parsed_signs(cases_dir, _versions(cases_dir)))
+
+
+def _versions(cases_dir: Path) -> tuple[tuple[str, int, int], ...]:
+    """Each case module's name, size and modification time: what the parsed signs and word vectors are cached by."""
     paths = tuple(path for path in sorted(cases_dir.glob("*.py")) if not path.name.startswith("_"))
-    versions = tuple((path.name, stat.st_size, stat.st_mtime_ns) for path, stat in ((path, path.stat()) for path in paths))
-    return dict(_parsed_signs(cases_dir, versions))
+    return tuple((path.name, stat.st_size, stat.st_mtime_ns) for path, stat in ((path, path.stat()) for path in paths))
 
 
 @functools.lru_cache(maxsize=8)
@@ -313,6 +162,7 @@ def triage(text: str, rules: dict[str, TriageSigns] | None = None) -> Verdict:
     candidates = [c for c in (_score(case, signs, search, starts, raw) for case, signs in rules.items()) if c is not None]
     candidates.sort(key=lambda c: (-c.score, -len(c.evidence), c.case))
     top = candidates[0] if candidates and candidates[0].score >= VERDICT_SCORE else None
+    candidates = _with_resemblance(candidates, cleaned, raw, set(rules))
     if top is None:
         looks_like = [sign.why for sign in LOOKALIKES if search.first(sign.pattern) is not None]
         return Verdict(None, candidates, looks_like)
@@ -326,6 +176,32 @@ def triage(text: str, rules: dict[str, TriageSigns] | None = None) -> Verdict:
         "also": signs.also,
     }
     return Verdict(top.case, candidates, [], family, cause, CONFIDENCE[top.cause])
+
+
+def _with_resemblance(candidates: list[Candidate], cleaned: str, raw: list[str], cases: set[str]) -> list[Candidate]:
+    """The candidates whose signs matched, then the cases the log's words resemble most (up to `resemble.RANKED` live
+    candidates in all; harness/triage/resemble.py), then the cases a veto ruled out."""
+    live = [c for c in candidates if c.score > 0]
+    ruled_out = [c for c in candidates if c.score == 0]
+    room = resemble.RANKED - len(live)
+    if room <= 0:
+        return candidates
+    lines = cleaned.split("\n")
+    per_line = resemble.line_terms(lines)
+    vectors, idf = resemble.case_vectors(CASES_DIR, _versions(CASES_DIR))
+    named = {c.case for c in candidates}
+    leads = [item for item in resemble.resemblance(per_line, vectors, idf) if item[0] in cases and item[0] not in named]
+    resembling = [
+        Candidate(
+            case,
+            round(min(similarity, UNCLAIMED_CEILING), 3),
+            [_evidence(raw, line) for line in resemble.lines_holding(lines, per_line, shared)],
+            f"{RESEMBLES}: no sign of the case matched, but the log's words are its words ({', '.join(shared)}; "
+            f"similarity {similarity:.2f}): a lead to read, never a verdict",
+        )
+        for case, similarity, shared in leads[:room]
+    ]
+    return live + resembling + ruled_out
 
 
 def _score(case: str, rules: TriageSigns, search: "_Search", starts: list[int], raw: list[str]) -> Candidate | None:
