@@ -129,7 +129,12 @@ triage_signs = TriageSigns(
             ),
         ),
         Sign("context", r"lr_scheduler|ReduceLROnPlateau\(|configure_optimizers", 0.3, "where the scheduler is built"),
-        Sign("context", r"verbose ?= ?(?:True|False|1|0)\b", 0.2, "the call passes verbose="),
+        Sign(
+            "context",
+            r"verbose ?= ?(?:True|False|1|0)\b",
+            0.1,
+            "the call passes verbose= (of any class: alone beside the bare TypeError, not enough to name a scheduler)",
+        ),
     ),
 )
 

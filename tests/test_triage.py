@@ -60,6 +60,7 @@ KEPT_APART_5 = ROOT / "tests" / "triage_logs_keptapart5"  # the fifth set (2026-
 KEPT_APART_6 = ROOT / "tests" / "triage_logs_keptapart6"  # the sixth (2026-11-29, helpers, the 10 families the fifth lacks)
 KEPT_APART_7 = ROOT / "tests" / "triage_logs_keptapart7"  # the seventh (2026-11-29, three helpers, 26 families)
 KEPT_APART_8 = ROOT / "tests" / "triage_logs_keptapart8"  # the eighth (2026-11-29, three helpers, 24 families)
+KEPT_APART_9 = ROOT / "tests" / "triage_logs_keptapart9"  # the ninth (2026-11-29, three helpers, 29 families)
 MATCH = " #=MATCH=#"
 
 
